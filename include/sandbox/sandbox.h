@@ -5,6 +5,7 @@
 #include <sandbox/error.h>
 #include <sandbox/core.h>
 #include <sandbox/wire.h>
+#include <sandbox/agent.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,6 +9,7 @@ int sbx_verr(sbx_error *err, int code, const char *fmt, va_list ap) {
   if (err) {
     err->code = code;
     err->os_errno = 0;
+    err->detail = 0;
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
   }
   return code;
@@ -31,6 +32,7 @@ int sbx_err_os(sbx_error *err, int errnum, const char *fmt, ...) {
     va_end(ap);
     err->code = errnum == ENOENT ? SBX_E_NOTFOUND : SBX_E_OS;
     err->os_errno = errnum;
+    err->detail = 0;
     snprintf(err->msg, sizeof err->msg, "%s: %s (os error %d)", ctx, strerror(errnum), errnum);
     return err->code;
   }
@@ -54,6 +56,7 @@ void sbx_err_clear(sbx_error *err) {
   if (err) {
     err->code = SBX_OK;
     err->os_errno = 0;
+    err->detail = 0;
     err->msg[0] = '\0';
   }
 }
