@@ -69,18 +69,23 @@ static sbx_wire_bulk classify(const char *line, size_t len) {
   return SBX_BULK_NONE;
 }
 
-/* Locate the payload of a canonical frame: [*start, *start + *n). */
+/* Locate the payload of a canonical frame: [*start, *start + *n). The end
+ * is found from the back (`"}` then only whitespace), so the payload is not
+ * scanned here; a payload holding a quote or a backslash is not canonical,
+ * which the base64 decoder notices as a bad character (see not_canonical). */
 static bool payload_span(const char *line, size_t len, sbx_wire_bulk kind, size_t *start, size_t *n) {
   size_t s = prefixes[kind].len;
-  const char *q = memchr(line + s, '"', len - s);
-  if (!q) return false;
-  size_t e = (size_t)(q - line);
-  if (e + 1 >= len || line[e + 1] != '}') return false;
-  for (size_t i = e + 2; i < len; i++)
-    if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' && line[i] != '\n') return false;
+  size_t e = len;
+  while (e > s && (line[e - 1] == ' ' || line[e - 1] == '\t' || line[e - 1] == '\r' || line[e - 1] == '\n')) e--;
+  if (e < s + 2 || line[e - 1] != '}' || line[e - 2] != '"') return false;
   *start = s;
-  *n = e - s;
+  *n = e - 2 - s;
   return true;
+}
+
+/* After a failed decode: was it another JSON shape rather than bad base64? */
+static bool not_canonical(const char *payload, size_t n) {
+  return memchr(payload, '"', n) || memchr(payload, '\\', n);
 }
 
 int sbx_wire_bulk_decode(const char *line, size_t len, sbx_wire_bulk *kind, void *dst, size_t dst_cap,
@@ -88,12 +93,12 @@ int sbx_wire_bulk_decode(const char *line, size_t len, sbx_wire_bulk *kind, void
   sbx_wire_bulk k = classify(line, len);
   size_t s, n;
   if (k == SBX_BULK_NONE || !payload_span(line, len, k, &s, &n)) return 0;
-  /* An escaped character is legal JSON; leave it to the full decoder. */
-  if (memchr(line + s, '\\', n)) return 0;
-  if (sbx_b64_decoded_max(n) > dst_cap)
+  if (sbx_b64_decoded_max(n) > dst_cap) {
+    if (not_canonical(line + s, n)) return 0;
     return sbx_err(err, SBX_E_TOOBIG, "payload of %zu base64 bytes does not fit in %zu", n, dst_cap);
+  }
   int rc = sbx_b64_decode(dst, line + s, n, out_len, err);
-  if (rc < 0) return rc;
+  if (rc < 0) return not_canonical(line + s, n) ? 0 : rc;
   *kind = k;
   return 1;
 }

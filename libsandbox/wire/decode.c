@@ -187,7 +187,7 @@ static int bind_field(binder *b, const wire_field *f, uint32_t vi, char *base) {
     sbx_error berr;
     rc = sbx_b64_decode(out, src, n, &outlen, &berr);
     sbx_free(tmp);
-    if (rc < 0) return sbx_err(b->err, SBX_E_PARSE, "member \"%s\": invalid base64 (%s)", f->name, berr.msg);
+    if (rc < 0) return sbx_err(b->err, SBX_E_PARSE, "member \"%s\": %s", f->name, berr.msg);
     *(sbx_wire_bytes *)dst = (sbx_wire_bytes){out, outlen};
     return 0;
   }

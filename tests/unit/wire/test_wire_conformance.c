@@ -81,7 +81,7 @@ static void test_corpus(void **state) {
     snprintf(stem, sizeof stem, "%.*s", (int)(nl - 5 - (req ? 4 : 5)), name + (req ? 4 : 5));
     int tag = expected_tag(stem, req);
     if (tag < 0) fail_msg("%s names no known %s", name, req ? "op" : "type");
-    size_t len;
+    size_t len = 0;
     char *line = fixture(name, &len);
     sbx_error err;
     if (req) {
@@ -115,7 +115,7 @@ static void test_corpus(void **state) {
 
 static void test_enums_match(void **state) {
   (void)state;
-  size_t len;
+  size_t len = 0;
   char path[1024];
   snprintf(path, sizeof path, "%s/enums.json", SBX_FIXTURES_DIR);
   char *text = slurp(path, &len);
@@ -142,7 +142,7 @@ static void test_enums_match(void **state) {
 /* Every member of the richest fixtures decodes to the right C value. */
 static void test_fields_decoded(void **state) {
   (void)state;
-  size_t len;
+  size_t len = 0;
   sbx_error err;
   sbx_wire_req r;
   char *line = fixture("req_exec.json", &len);
