@@ -1,0 +1,432 @@
+/* conn.c - one client connection: framing, the proto 2 read loop of spec
+ * §2.5-2.6 and the output queue.
+ *
+ * Reading is pull-driven: we only take the next line out of the frame reader
+ * when the connection's state allows it, so a verb in input mode "none"
+ * leaves later frames in the socket (or the reader) until its final frame,
+ * exactly as the spec orders. Everything an RPC does to the connection from
+ * inside a send (a write failure) is deferred to c->kick, so an RPC is never
+ * re-entered from its own call.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "silkd.h"
+
+struct conn {
+  int fd_in, fd_out;
+  struct event *rev, *wev, *kick;
+  struct evbuffer *out;
+  sbx_frame_reader *fr;
+  char *rbuf;
+  uint8_t *scratch; /* decoded bulk payloads */
+  size_t scratch_cap;
+  char *pending; /* a request read while a fed RPC ran (§2.6b) */
+  size_t pending_len;
+  const struct rpc_ops *ops;
+  void *rpc;
+  bool in_rpc;
+  bool input_ended; /* fed RPC: input ended */
+  bool input_paused;
+  bool want_writable;
+  bool eof;       /* the client's stream ended */
+  bool dispatched;
+  bool broken;    /* write failed or oversize: no more I/O at all */
+  bool closing;   /* close once the output is flushed */
+  bool aborted;   /* rpc_ops.abort already called */
+  bool pumping;
+  bool is_stdio;
+  struct conn *next, *prev;
+};
+
+static struct conn *conns;
+static void conn_pump(struct conn *c);
+static void conn_flush(struct conn *c);
+
+static void kick(struct conn *c) { event_active(c->kick, 0, 0); }
+
+static void conn_free(struct conn *c) {
+  if (c->prev) c->prev->next = c->next;
+  else conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  event_free(c->rev);
+  event_free(c->wev);
+  event_free(c->kick);
+  evbuffer_free(c->out);
+  sbx_frame_reader_free(c->fr);
+  sbx_free(c->rbuf);
+  sbx_free(c->scratch);
+  sbx_free(c->pending);
+  if (c->is_stdio) {
+    /* The stdio transport is the whole daemon's one connection. */
+    event_base_loopexit(silkd.base, NULL);
+  } else {
+    close(c->fd_in);
+  }
+  sbx_free(c);
+}
+
+/* Free the connection if nothing refers to it any more. */
+static bool conn_maybe_free(struct conn *c) {
+  if (c->in_rpc || c->pumping) return false;
+  if (c->broken || (c->closing && evbuffer_get_length(c->out) == 0)) {
+    conn_free(c);
+    return true;
+  }
+  return false;
+}
+
+static void conn_break(struct conn *c) {
+  if (c->broken) return;
+  c->broken = true;
+  evbuffer_drain(c->out, evbuffer_get_length(c->out));
+  event_del(c->rev);
+  event_del(c->wev);
+  kick(c);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg) {
+  struct conn *c = arg;
+  if (c->broken && c->in_rpc && !c->aborted) {
+    c->aborted = true;
+    if (c->ops->abort) c->ops->abort(c->rpc);
+    /* abort may have finished the RPC (and kicked again). */
+    return;
+  }
+  if (conn_maybe_free(c)) return;
+  if (!c->broken) conn_pump(c);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg) {
+  struct conn *c = arg;
+  conn_flush(c);
+  if (c->broken) return;
+  if (c->want_writable && evbuffer_get_length(c->out) < SILKD_OUT_LOW) {
+    c->want_writable = false;
+    if (c->in_rpc && c->ops->writable) c->ops->writable(c->rpc);
+  }
+  if (c->closing) conn_maybe_free(c);
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg) { conn_pump(arg); }
+
+void conn_start(int fd_in, int fd_out) {
+  struct conn *c = sbx_calloc(1, sizeof *c);
+  c->fd_in = fd_in;
+  c->fd_out = fd_out;
+  c->is_stdio = fd_in != fd_out;
+  set_nonblock(fd_in);
+  set_nonblock(fd_out);
+  c->rev = event_new(silkd.base, fd_in, EV_READ, on_read, c);
+  c->wev = event_new(silkd.base, fd_out, EV_WRITE, on_write, c);
+  c->kick = event_new(silkd.base, -1, 0, on_kick, c);
+  c->out = evbuffer_new();
+  c->fr = sbx_frame_reader_new(SBX_WIRE_FRAME_CAP);
+  c->rbuf = sbx_malloc(SILKD_READ_BUF);
+  c->next = conns;
+  if (conns) conns->prev = c;
+  conns = c;
+  conn_pump(c);
+}
+
+void conn_close_all(void) {
+  for (struct conn *c = conns; c; c = c->next) conn_break(c);
+}
+
+static void conn_flush(struct conn *c) {
+  while (!c->broken && evbuffer_get_length(c->out) > 0) {
+    int n = evbuffer_write(c->out, c->fd_out);
+    if (n > 0) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      event_add(c->wev, NULL);
+      return;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    conn_break(c);
+    return;
+  }
+}
+
+/* ---- output ---- */
+
+size_t conn_out_len(const struct conn *c) { return evbuffer_get_length(c->out); }
+bool conn_broken(const struct conn *c) { return c->broken; }
+void conn_want_writable(struct conn *c) {
+  c->want_writable = true;
+  if (evbuffer_get_length(c->out) < SILKD_OUT_LOW) event_add(c->wev, NULL);
+}
+
+static bool conn_queue(struct conn *c, const void *p, size_t n) {
+  if (c->broken) return false;
+  bool was_empty = evbuffer_get_length(c->out) == 0;
+  evbuffer_add(c->out, p, n);
+  /* Write at once when nothing waits: interactive verbs need the latency. */
+  if (was_empty) conn_flush(c);
+  return !c->broken;
+}
+
+bool conn_send_resp(struct conn *c, const sbx_wire_resp *r) {
+  sbx_buf b = SBX_BUF_INIT(SBX_WIRE_FRAME_CAP + 1);
+  sbx_error e;
+  if (sbx_wire_encode_resp(&b, r, &e) < 0) {
+    sbx_buf_free(&b);
+    if (e.code == SBX_E_TOOBIG) return conn_send_error(c, SBX_ERR_INTERNAL, "response exceeds frame cap");
+    return conn_send_error(c, SBX_ERR_INTERNAL, "encode: %s", e.msg);
+  }
+  bool ok = conn_queue(c, b.ptr, b.len);
+  sbx_buf_free(&b);
+  return ok;
+}
+
+bool conn_send_error(struct conn *c, sbx_wire_error_kind kind, const char *fmt, ...) {
+  char msg[SBX_ERROR_MSG_MAX * 2];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  sbx_buf b = SBX_BUF_INIT(SBX_WIRE_FRAME_CAP + 1);
+  sbx_error e;
+  bool ok = false;
+  if (sbx_wire_encode_error(&b, kind, msg, &e) == 0) ok = conn_queue(c, b.ptr, b.len);
+  sbx_buf_free(&b);
+  return ok;
+}
+
+bool conn_send_sbx_error(struct conn *c, const sbx_error *e, sbx_wire_error_kind other) {
+  sbx_wire_error_kind k = e->code == SBX_E_NOTFOUND ? SBX_ERR_NOT_FOUND : other;
+  return conn_send_error(c, k, "%s", e->msg);
+}
+
+bool conn_send_simple(struct conn *c, sbx_wire_type t) {
+  sbx_wire_resp r = {.type = t};
+  return conn_send_resp(c, &r);
+}
+
+bool conn_send_exit(struct conn *c, int32_t code) {
+  sbx_wire_resp r = {.type = SBX_RESP_EXIT, .u.exit.code = code};
+  return conn_send_resp(c, &r);
+}
+
+bool conn_send_started(struct conn *c, uint32_t pid) {
+  sbx_wire_resp r = {.type = SBX_RESP_STARTED, .u.started.pid = pid};
+  return conn_send_resp(c, &r);
+}
+
+bool conn_send_bulk(struct conn *c, sbx_wire_bulk kind, const void *p, size_t n) {
+  if (c->broken) return false;
+  bool was_empty = evbuffer_get_length(c->out) == 0;
+  size_t len = sbx_wire_bulk_frame_len(kind, n);
+  struct evbuffer_iovec v;
+  if (evbuffer_reserve_space(c->out, (ev_ssize_t)len, &v, 1) < 1) {
+    conn_break(c);
+    return false;
+  }
+  v.iov_len = sbx_wire_bulk_encode_into(v.iov_base, kind, p, n);
+  evbuffer_commit_space(c->out, &v, 1);
+  if (was_empty) conn_flush(c);
+  return !c->broken;
+}
+
+/* ---- RPC lifecycle ---- */
+
+void conn_rpc_begin(struct conn *c, const struct rpc_ops *ops, void *rpc) {
+  c->ops = ops;
+  c->rpc = rpc;
+  c->in_rpc = true;
+  c->input_ended = false;
+  c->input_paused = false;
+  c->aborted = false;
+  /* A connection that broke during the dispatch call still needs abort. */
+  if (c->broken) kick(c);
+}
+
+void conn_rpc_done(struct conn *c) {
+  c->in_rpc = false;
+  c->ops = NULL;
+  c->rpc = NULL;
+  c->want_writable = false;
+  c->input_paused = false;
+  if (c->scratch_cap > (1u << 20)) {
+    sbx_free(c->scratch);
+    c->scratch = NULL;
+    c->scratch_cap = 0;
+  }
+  kick(c);
+}
+
+void conn_pause_input(struct conn *c, bool paused) {
+  if (c->input_paused == paused) return;
+  c->input_paused = paused;
+  if (!paused) kick(c);
+}
+
+/* ---- input ---- */
+
+static void close_after_flush(struct conn *c) {
+  c->closing = true;
+  event_del(c->rev);
+  if (c->fd_in == c->fd_out) shutdown(c->fd_in, SHUT_RD);
+}
+
+/* Decode a line; for bulk frames the payload lands in c->scratch. */
+static int decode(struct conn *c, const char *line, size_t len, sbx_wire_req *req, sbx_error *err) {
+  size_t need = sbx_b64_decoded_max(len) + 4;
+  if (need > c->scratch_cap) {
+    sbx_free(c->scratch);
+    c->scratch = sbx_malloc(need);
+    c->scratch_cap = need;
+  }
+  sbx_wire_bulk kind;
+  size_t n;
+  int r = sbx_wire_bulk_decode(line, len, &kind, c->scratch, c->scratch_cap, &n, err);
+  if (r < 0) return r;
+  if (r == 1 && (kind == SBX_BULK_REQ_DATA || kind == SBX_BULK_REQ_STDIN)) {
+    memset(req, 0, sizeof *req);
+    req->op = kind == SBX_BULK_REQ_DATA ? SBX_OP_DATA : SBX_OP_STDIN;
+    req->u.data.data.ptr = c->scratch;
+    req->u.data.data.len = n;
+    return 0;
+  }
+  if (r == 1) return sbx_err(err, SBX_E_PARSE, "a response frame is not a request");
+  return sbx_wire_decode_req(line, len, req, err);
+}
+
+static void serve_request(struct conn *c, sbx_wire_req *req) {
+  c->dispatched = true;
+  if (req->nul_field) {
+    conn_send_error(c, SBX_ERR_BAD_REQUEST, "invalid argument: NUL byte in %s", req->nul_field);
+    return;
+  }
+  dispatch(c, req);
+}
+
+/* §2.5: a frame read between RPCs. */
+static void line_idle(struct conn *c, const char *line, size_t len) {
+  sbx_wire_req req;
+  sbx_error e;
+  if (decode(c, line, len, &req, &e) < 0) {
+    conn_send_error(c, SBX_ERR_BAD_REQUEST, "parse: %s", e.msg);
+    close_after_flush(c);
+    return;
+  }
+  if (sbx_wire_op_is_continuation(req.op)) {
+    if (!c->dispatched) {
+      c->dispatched = true;
+      conn_send_error(c, SBX_ERR_BAD_REQUEST, "stray data/stdin frame");
+    }
+  } else {
+    serve_request(c, &req);
+  }
+  sbx_wire_req_free(&req);
+}
+
+static void end_input(struct conn *c) {
+  if (c->input_ended) return;
+  c->input_ended = true;
+  if (c->ops->input_end) c->ops->input_end(c->rpc);
+}
+
+/* §2.6b/c: a frame read while an RPC with input runs. */
+static void line_rpc(struct conn *c, const char *line, size_t len) {
+  sbx_wire_req req;
+  sbx_error e;
+  bool ok = decode(c, line, len, &req, &e) == 0;
+  if (c->ops->mode == SBX_INPUT_UPLOAD) {
+    if (ok && req.op == SBX_OP_DATA) {
+      c->ops->input(c->rpc, SBX_OP_DATA, req.u.data.data.ptr, req.u.data.data.len);
+    } else if (ok && req.op == SBX_OP_DATA_END) {
+      c->input_ended = true;
+      c->ops->input_end(c->rpc);
+    } else {
+      conn_send_error(c, SBX_ERR_BAD_REQUEST, "expected data or data_end");
+      c->input_ended = true;
+      c->aborted = true;
+      c->ops->abort(c->rpc);
+    }
+  } else if (!ok) {
+    end_input(c);
+  } else if (sbx_wire_op_is_continuation(req.op)) {
+    if (!c->input_ended && c->ops->input)
+      c->ops->input(c->rpc, req.op, req.u.data.data.ptr, req.u.data.data.len);
+  } else {
+    /* Served after the RPC's final frame; the line buffer will not live
+     * that long. */
+    c->pending = sbx_malloc(len + 1);
+    memcpy(c->pending, line, len);
+    c->pending_len = len;
+    end_input(c);
+  }
+  if (ok) sbx_wire_req_free(&req);
+}
+
+static void on_eof(struct conn *c) {
+  if (!c->in_rpc) {
+    close_after_flush(c);
+    return;
+  }
+  if (c->ops->mode == SBX_INPUT_UPLOAD && !c->input_ended) {
+    conn_send_error(c, SBX_ERR_BAD_REQUEST, "stream ended before data_end");
+    c->input_ended = true;
+    c->aborted = true;
+    c->closing = true;
+    c->ops->abort(c->rpc);
+    return;
+  }
+  end_input(c);
+}
+
+static bool may_read(const struct conn *c) {
+  if (c->broken || c->closing) return false;
+  if (!c->in_rpc) return true;
+  if (c->input_paused || c->input_ended) return false;
+  return c->ops->mode == SBX_INPUT_FED || c->ops->mode == SBX_INPUT_UPLOAD;
+}
+
+static void conn_pump(struct conn *c) {
+  if (c->pumping) return;
+  c->pumping = true;
+  while (may_read(c)) {
+    if (!c->in_rpc && c->pending) {
+      char *line = c->pending;
+      size_t len = c->pending_len;
+      c->pending = NULL;
+      line_idle(c, line, len);
+      sbx_free(line);
+      continue;
+    }
+    const char *line;
+    size_t len;
+    sbx_error e;
+    int r = sbx_frame_reader_next(c->fr, &line, &len, &e);
+    if (r < 0) { /* oversize: close with no reply (§1.4) */
+      conn_break(c);
+      break;
+    }
+    if (r == 1) {
+      if (c->in_rpc) line_rpc(c, line, len);
+      else line_idle(c, line, len);
+      continue;
+    }
+    if (c->eof) {
+      on_eof(c);
+      if (!c->in_rpc && !c->closing) close_after_flush(c);
+      break;
+    }
+    ssize_t n = read(c->fd_in, c->rbuf, SILKD_READ_BUF);
+    if (n > 0) {
+      sbx_frame_reader_feed(c->fr, c->rbuf, (size_t)n);
+    } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      c->eof = true;
+      sbx_frame_reader_finish(c->fr);
+    } else if (errno != EINTR) {
+      event_add(c->rev, NULL);
+      break;
+    }
+  }
+  c->pumping = false;
+  if (c->broken && c->in_rpc && !c->aborted) kick(c);
+  else conn_maybe_free(c);
+}

@@ -1,0 +1,301 @@
+/* tar_extract.c - libarchive extraction into a staging directory with the
+ * §8.5 rules. Runs on a worker thread; everything is relative to the
+ * staging dirfd, and no path component is ever resolved through a symlink:
+ * directories are entered one component at a time with O_NOFOLLOW.
+ */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "silkd.h"
+#include "tar.h"
+
+/* Split name into components, rejecting absolute names and "..". Empty and
+ * "." components are dropped. Returns the count, or -1 if unsafe. */
+static int split_name(char *name, char **comps, int max) {
+  if (name[0] == '/') return -1;
+  int n = 0;
+  for (char *save = NULL, *t = strtok_r(name, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+    if (!strcmp(t, ".")) continue;
+    if (!strcmp(t, "..")) return -1;
+    if (n == max) return -1;
+    comps[n++] = t;
+  }
+  return n;
+}
+
+#define MAX_DEPTH 256
+
+/* Open the directory comps[0..n) beneath root, creating missing ones.
+ * ELOOP/ENOTDIR on a symlink component come back as unsafe. */
+static int open_parent(int root, char **comps, int n, bool create, bool *unsafe) {
+  int fd = dup(root);
+  for (int i = 0; fd >= 0 && i < n; i++) {
+    int next = openat(fd, comps[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && errno == ENOENT && create) {
+      if (mkdirat(fd, comps[i], 0755) < 0 && errno != EEXIST) {
+        close(fd);
+        return -1;
+      }
+      next = openat(fd, comps[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (next < 0 && (errno == ELOOP || errno == ENOTDIR)) *unsafe = true;
+    int e = errno;
+    close(fd);
+    errno = e;
+    fd = next;
+  }
+  return fd;
+}
+
+struct dirmeta {
+  char *path;
+  mode_t mode;
+  uid_t uid;
+  gid_t gid;
+  struct timespec mtime;
+};
+
+static int unsafe(struct tar_job *j, const char *name) {
+  j->bad_request = true;
+  snprintf(j->msg, sizeof j->msg, "tar extract: unsafe member \"%s\"", name);
+  return -1;
+}
+
+static int failed(struct tar_job *j, const char *what, const char *name) {
+  snprintf(j->msg, sizeof j->msg, "tar extract: %s %s: %s", what, name, strerror(errno));
+  return -1;
+}
+
+static int write_data(struct archive *a, int fd) {
+  const void *buf;
+  size_t size;
+  la_int64_t off;
+  int r;
+  while ((r = archive_read_data_block(a, &buf, &size, &off)) == ARCHIVE_OK) {
+    const char *p = buf;
+    while (size > 0) {
+      ssize_t w = pwrite(fd, p, size, off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return -1;
+      p += w;
+      off += w;
+      size -= (size_t)w;
+    }
+  }
+  if (r != ARCHIVE_EOF) {
+    errno = EIO;
+    return -1;
+  }
+  /* sparse files end in a hole: the size comes from the header */
+  return 0;
+}
+
+static int extract_one(struct tar_job *j, struct archive *a, struct archive_entry *e, struct dirmeta **dirs,
+                       size_t *ndirs) {
+  const char *orig = archive_entry_pathname(e);
+  if (!orig) return unsafe(j, "");
+  char *name = sbx_strdup(orig);
+  char *comps[MAX_DEPTH];
+  int n = split_name(name, comps, MAX_DEPTH);
+  int rc = -1, pfd = -1;
+  const char *hl = archive_entry_hardlink(e);
+  mode_t type = archive_entry_filetype(e);
+  if (n < 0) {
+    rc = unsafe(j, orig);
+    goto out;
+  }
+  if (n == 0) { /* "./": the staging root itself */
+    rc = 0;
+    goto out;
+  }
+  if (type == AE_IFCHR || type == AE_IFBLK) {
+    rc = unsafe(j, orig);
+    goto out;
+  }
+  bool bad = false;
+  pfd = open_parent(j->root_fd, comps, n - 1, true, &bad);
+  if (pfd < 0) {
+    rc = bad ? unsafe(j, orig) : failed(j, "open parent of", orig);
+    goto out;
+  }
+  const char *base = comps[n - 1];
+  mode_t perm = archive_entry_perm(e) & 07777;
+  uid_t uid = (uid_t)archive_entry_uid(e);
+  gid_t gid = (gid_t)archive_entry_gid(e);
+  struct timespec times[2] = {{archive_entry_mtime(e), archive_entry_mtime_nsec(e)},
+                              {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
+  struct stat st;
+  bool exists = fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0;
+
+  if (hl) {
+    char *tname = sbx_strdup(hl);
+    char *tcomps[MAX_DEPTH];
+    int tn = split_name(tname, tcomps, MAX_DEPTH);
+    int tfd = -1;
+    bool tbad = false;
+    if (tn <= 0) rc = unsafe(j, hl);
+    else if ((tfd = open_parent(j->root_fd, tcomps, tn - 1, false, &tbad)) < 0)
+      rc = unsafe(j, hl); /* only members already extracted may be linked */
+    else if (fstatat(tfd, tcomps[tn - 1], &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+      rc = unsafe(j, hl);
+    else {
+      if (exists) unlinkat(pfd, base, 0);
+      rc = linkat(tfd, tcomps[tn - 1], pfd, base, 0) < 0 ? failed(j, "link", orig) : 0;
+    }
+    if (tfd >= 0) close(tfd);
+    sbx_free(tname);
+    goto out;
+  }
+
+  switch (type) {
+  case AE_IFDIR: {
+    if (exists && !S_ISDIR(st.st_mode)) unlinkat(pfd, base, 0);
+    if (mkdirat(pfd, base, 0700) < 0 && errno != EEXIST) {
+      rc = failed(j, "mkdir", orig);
+      goto out;
+    }
+    /* Mode and mtime go on after the contents, or extraction would bump
+     * the mtime and a read-only mode would be in the way. */
+    *dirs = sbx_reallocarray(*dirs, *ndirs + 1, sizeof **dirs);
+    struct dirmeta *d = &(*dirs)[(*ndirs)++];
+    sbx_buf p = SBX_BUF_INIT(1 << 20);
+    for (int i = 0; i < n; i++) sbx_buf_printf(&p, NULL, "%s%s", i ? "/" : "", comps[i]);
+    d->path = sbx_buf_steal(&p, NULL);
+    d->mode = perm;
+    d->uid = uid;
+    d->gid = gid;
+    d->mtime = times[1];
+    rc = 0;
+    break;
+  }
+  case AE_IFLNK: {
+    if (exists && S_ISDIR(st.st_mode)) {
+      errno = EISDIR;
+      rc = failed(j, "symlink", orig);
+      goto out;
+    }
+    if (exists) unlinkat(pfd, base, 0);
+    const char *target = archive_entry_symlink(e);
+    if (!target || symlinkat(target, pfd, base) < 0) {
+      rc = failed(j, "symlink", orig);
+      goto out;
+    }
+    fchownat(pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW);
+    utimensat(pfd, base, times, AT_SYMLINK_NOFOLLOW);
+    rc = 0;
+    break;
+  }
+  case AE_IFIFO:
+    if (exists) unlinkat(pfd, base, 0);
+    if (mknodat(pfd, base, S_IFIFO | 0600, 0) < 0) {
+      rc = failed(j, "mkfifo", orig);
+      goto out;
+    }
+    fchownat(pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW);
+    fchmodat(pfd, base, perm, 0);
+    utimensat(pfd, base, times, AT_SYMLINK_NOFOLLOW);
+    rc = 0;
+    break;
+  case AE_IFREG: {
+    if (exists && S_ISDIR(st.st_mode)) {
+      errno = EISDIR;
+      rc = failed(j, "open", orig);
+      goto out;
+    }
+    if (exists) unlinkat(pfd, base, 0);
+    int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      rc = failed(j, "open", orig);
+      goto out;
+    }
+    if (write_data(a, fd) < 0) {
+      rc = failed(j, "write", orig);
+      close(fd);
+      goto out;
+    }
+    if (ftruncate(fd, archive_entry_size(e)) < 0) {} /* trailing hole */
+    if (fchown(fd, uid, gid) < 0) {}
+    fchmod(fd, perm);
+    futimens(fd, times);
+    close(fd);
+    rc = 0;
+    break;
+  }
+  default: /* sockets and unknown types: skipped, as tar does */
+    rc = 0;
+    break;
+  }
+out:
+  if (pfd >= 0) close(pfd);
+  sbx_free(name);
+  return rc;
+}
+
+static void apply_dirs(struct tar_job *j, struct dirmeta *dirs, size_t n) {
+  for (size_t i = n; i-- > 0;) {
+    char *p = sbx_strdup(dirs[i].path);
+    char *comps[MAX_DEPTH];
+    int k = split_name(p, comps, MAX_DEPTH);
+    bool bad = false;
+    int fd = k > 0 ? open_parent(j->root_fd, comps, k, false, &bad) : -1;
+    if (fd >= 0) {
+      if (fchown(fd, dirs[i].uid, dirs[i].gid) < 0) {}
+      fchmod(fd, dirs[i].mode);
+      struct timespec t[2] = {dirs[i].mtime, dirs[i].mtime};
+      futimens(fd, t);
+      close(fd);
+    }
+    sbx_free(p);
+    sbx_free(dirs[i].path);
+  }
+  sbx_free(dirs);
+}
+
+void *tar_extract_worker(void *arg) {
+  struct tar_job *j = arg;
+  struct archive *a = archive_read_new();
+  archive_read_support_format_tar(a);
+  archive_read_support_format_gnutar(a);
+  struct dirmeta *dirs = NULL;
+  size_t ndirs = 0;
+  j->rc = -1;
+  if (archive_read_open_fd(a, j->pipe_fd, 1 << 20) != ARCHIVE_OK) {
+    snprintf(j->msg, sizeof j->msg, "tar extract: %s", archive_error_string(a));
+    goto out;
+  }
+  for (;;) {
+    struct archive_entry *e;
+    int r = archive_read_next_header(a, &e);
+    if (r == ARCHIVE_EOF) break;
+    if (r < ARCHIVE_WARN) {
+      snprintf(j->msg, sizeof j->msg, "tar extract: %s", archive_error_string(a));
+      goto out;
+    }
+    if (extract_one(j, a, e, &dirs, &ndirs) < 0) goto out;
+  }
+  apply_dirs(j, dirs, ndirs);
+  dirs = NULL;
+  ndirs = 0;
+  j->rc = 0;
+out:
+  if (dirs) {
+    for (size_t i = 0; i < ndirs; i++) sbx_free(dirs[i].path);
+    sbx_free(dirs);
+  }
+  /* Report first (a failure is answered at once), then drain what the loop
+   * still writes so it never blocks on a dead reader; it closes its end on
+   * data_end or after a failure, and joins us after that. */
+  char one = 1;
+  if (write(j->notify_fd, &one, 1) < 0) {}
+  char sink[65536];
+  while (read(j->pipe_fd, sink, sizeof sink) > 0) {}
+  archive_read_free(a);
+  close(j->pipe_fd);
+  return NULL;
+}

@@ -1,0 +1,370 @@
+/* test_silkd_fs.c - file verbs (§5.5, §9.3 checks 8 and 11). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+
+#include "silkd_client.h"
+
+static silkd_srv srv;
+static char root[400];
+
+static int setup(void **state) {
+  if (silkd_start(&srv) < 0) return -1;
+  snprintf(root, sizeof root, "%s/fs", srv.dir);
+  return mkdir(root, 0755);
+}
+static int teardown(void **state) {
+  int st = silkd_stop(&srv);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static void put_file(const char *path, const char *content) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(content, f);
+  fclose(f);
+}
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  sbx_buf b = SBX_BUF_INIT(1u << 30);
+  char tmp[65536];
+  size_t n;
+  while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) sbx_buf_add(&b, tmp, n, NULL);
+  fclose(f);
+  if (len) *len = b.len;
+  if (!b.ptr) return sbx_strdup("");
+  return sbx_buf_steal(&b, NULL);
+}
+
+static int count_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strstr(de->d_name, ".silkd-") && strstr(de->d_name, ".tmp")) n++;
+  closedir(d);
+  return n;
+}
+
+static void test_fs_write_read(void **state) {
+  sc *c = sc_open(&srv);
+  char path[512];
+  snprintf(path, sizeof path, "%s/w.bin", root);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_write\",\"path\":\"%s\",\"mode\":384}", path);
+  size_t total = 3 * 1024 * 1024 + 17;
+  uint8_t *data = sbx_malloc(total);
+  for (size_t i = 0; i < total; i++) data[i] = (uint8_t)(i * 131 + (i >> 11));
+  for (size_t off = 0; off < total; off += 262144)
+    sc_send_bulk(c, SBX_BULK_REQ_DATA, data + off, total - off < 262144 ? total - off : 262144);
+  sc_sendf(c, "{\"v\":1,\"op\":\"data_end\"}");
+  sc_result res;
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  sc_result_free(&res);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  assert_int_equal(st.st_size, (off_t)total);
+  /* read it back */
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s\"}", path);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  assert_int_equal(res.data.len, total);
+  assert_memory_equal(res.data.ptr, data, total);
+  sc_result_free(&res);
+  /* overwrite without mode keeps the existing permission bits */
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_write\",\"path\":\"%s\"}", path);
+  sc_sendf(c, "{\"v\":1,\"op\":\"data\",\"data\":\"aGVsbG8=\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"data_end\"}");
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  sc_result_free(&res);
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  char *got = slurp(path, NULL);
+  assert_string_equal(got, "hello");
+  sbx_free(got);
+  /* an empty file */
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_write\",\"path\":\"%s/empty\"}", root);
+  sc_sendf(c, "{\"v\":1,\"op\":\"data_end\"}");
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s/empty\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.frames, 1);
+  sc_result_free(&res);
+  assert_int_equal(count_tmp(root), 0);
+  sbx_free(data);
+  sc_close(c);
+}
+
+static void test_fs_write_atomic(void **state) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/keep.txt", root);
+  put_file(path, "original");
+  /* cut off before data_end */
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_write\",\"path\":\"%s\"}", path);
+  sc_sendf(c, "{\"v\":1,\"op\":\"data\",\"data\":\"aGVsbG8=\"}");
+  shutdown(c->fd, SHUT_WR);
+  sc_result res;
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_ERROR);
+  assert_string_equal(res.msg, "stream ended before data_end");
+  sc_result_free(&res);
+  assert_true(sc_closed(c));
+  sc_close(c);
+  char *got = slurp(path, NULL);
+  assert_string_equal(got, "original");
+  sbx_free(got);
+  assert_int_equal(count_tmp(root), 0);
+  /* interrupted by another frame: error, frame consumed */
+  c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_write\",\"path\":\"%s\"}", path);
+  sc_sendf(c, "{\"v\":1,\"op\":\"data\",\"data\":\"aGVsbG8=\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"ps\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_string_equal(res.msg, "expected data or data_end");
+  sc_result_free(&res);
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_INFO);
+  sbx_wire_resp_free(&r);
+  got = slurp(path, NULL);
+  assert_string_equal(got, "original");
+  sbx_free(got);
+  assert_int_equal(count_tmp(root), 0);
+  /* missing parent: not_found at once; the upload frames are dropped */
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_write\",\"path\":\"%s/nodir/x\"}", root);
+  sc_sendf(c, "{\"v\":1,\"op\":\"data\",\"data\":\"aGVsbG8=\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"data_end\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
+  assert_int_equal(strncmp(res.msg, "create: ", 8), 0);
+  sc_result_free(&res);
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_INFO);
+  sbx_wire_resp_free(&r);
+  sc_close(c);
+}
+
+static void test_fs_concurrent_writers(void **state) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/race.txt", root);
+  enum { N = 8, SZ = 1 << 20 };
+  sc *cs[N];
+  uint8_t *bufs[N];
+  for (int i = 0; i < N; i++) {
+    cs[i] = sc_open(&srv);
+    bufs[i] = sbx_malloc(SZ);
+    memset(bufs[i], 'a' + i, SZ);
+    sc_sendf(cs[i], "{\"v\":1,\"op\":\"fs_write\",\"path\":\"%s\"}", path);
+  }
+  /* interleave chunks of all writers */
+  for (size_t off = 0; off < SZ; off += 65536)
+    for (int i = 0; i < N; i++) sc_send_bulk(cs[i], SBX_BULK_REQ_DATA, bufs[i] + off, 65536);
+  for (int i = 0; i < N; i++) sc_sendf(cs[i], "{\"v\":1,\"op\":\"data_end\"}");
+  for (int i = 0; i < N; i++) {
+    sc_result res;
+    assert_int_equal(sc_collect(cs[i], &res, SC_FIN_DONE), 1);
+    assert_int_equal(res.final, SBX_RESP_DONE);
+    sc_result_free(&res);
+    sc_close(cs[i]);
+  }
+  size_t len;
+  char *got = slurp(path, &len);
+  assert_int_equal(len, SZ);
+  for (size_t i = 1; i < len; i++) assert_int_equal(got[i], got[0]);
+  sbx_free(got);
+  for (int i = 0; i < N; i++) sbx_free(bufs[i]);
+}
+
+static void test_fs_read_errors(void **state) {
+  sc *c = sc_open(&srv);
+  sc_result res;
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s/missing\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
+  assert_string_equal(res.msg, "open: No such file or directory (os error 2)");
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_BAD_REQUEST);
+  assert_string_equal(res.msg, "open: not a regular file");
+  sc_result_free(&res);
+  char fifo[512];
+  snprintf(fifo, sizeof fifo, "%s/fifo", root);
+  assert_int_equal(mkfifo(fifo, 0644), 0);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s\"}", fifo);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_BAD_REQUEST);
+  sc_result_free(&res);
+  unlink(fifo);
+  sc_close(c);
+}
+
+static void test_fs_list_batches(void **state) {
+  char dir[512], p[600];
+  snprintf(dir, sizeof dir, "%s/many", root);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  for (int i = 0; i < 5000; i++) {
+    snprintf(p, sizeof p, "%s/f%05d", dir, i);
+    close(open(p, O_CREAT | O_WRONLY, 0644));
+  }
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s\"}", dir);
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_ENTRIES);
+  assert_int_equal(r.u.entries.len, 4096);
+  sbx_wire_resp_free(&r);
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_ENTRIES);
+  assert_int_equal(r.u.entries.len, 904);
+  sbx_wire_resp_free(&r);
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_DONE);
+  sbx_wire_resp_free(&r);
+  /* kinds from lstat; empty dir is done alone */
+  char sub[512];
+  snprintf(sub, sizeof sub, "%s/kinds", root);
+  mkdir(sub, 0755);
+  snprintf(p, sizeof p, "%s/kinds/link", root);
+  assert_int_equal(symlink("/etc", p), 0);
+  snprintf(p, sizeof p, "%s/kinds/file", root);
+  put_file(p, "12345");
+  snprintf(p, sizeof p, "%s/kinds/dir", root);
+  mkdir(p, 0755);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s\"}", sub);
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.u.entries.len, 3);
+  for (size_t i = 0; i < 3; i++) {
+    const sbx_wire_dir_entry *e = &r.u.entries.items[i];
+    if (!strcmp(e->name, "link")) assert_int_equal(e->kind, SBX_FILE_SYMLINK);
+    else if (!strcmp(e->name, "dir")) assert_int_equal(e->kind, SBX_FILE_DIR);
+    else {
+      assert_string_equal(e->name, "file");
+      assert_int_equal(e->kind, SBX_FILE_FILE);
+      assert_int_equal(e->size, 5);
+    }
+  }
+  sbx_wire_resp_free(&r);
+  sc_result res;
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s/kinds/dir\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.frames, 1);
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s/kinds/file\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_INTERNAL);
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s/nope\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
+  assert_int_equal(strncmp(res.msg, "read_dir: ", 10), 0);
+  sc_result_free(&res);
+  sc_close(c);
+}
+
+static void test_fs_stat_mkdir_rm_rename(void **state) {
+  sc *c = sc_open(&srv);
+  char p[512];
+  sbx_wire_resp r;
+  sc_result res;
+  snprintf(p, sizeof p, "%s/st", root);
+  put_file(p, "hello");
+  chmod(p, 0640);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_stat\",\"path\":\"%s\"}", p);
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_STAT);
+  assert_int_equal(r.u.stat.info.kind, SBX_FILE_FILE);
+  assert_int_equal(r.u.stat.info.size, 5);
+  assert_int_equal(r.u.stat.info.mode, 0640);
+  assert_true(r.u.stat.info.mtime_epoch_secs > 1600000000u);
+  sbx_wire_resp_free(&r);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_stat\",\"path\":\"%s/none\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
+  assert_string_equal(res.msg, "stat: No such file or directory (os error 2)");
+  sc_result_free(&res);
+  /* mkdir */
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\",\"parents\":true}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\",\"parents\":true}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_INTERNAL);
+  assert_int_equal(strncmp(res.msg, "mkdir: File exists", 18), 0);
+  sc_result_free(&res);
+  /* rm: a tree holding a symlink to outside is removed without following */
+  char outside[512], link[600];
+  snprintf(outside, sizeof outside, "%s/outside", root);
+  mkdir(outside, 0755);
+  snprintf(p, sizeof p, "%s/outside/precious", root);
+  put_file(p, "keep");
+  snprintf(link, sizeof link, "%s/a/b/c/out", root);
+  assert_int_equal(symlink(outside, link), 0);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_INTERNAL); /* ENOTEMPTY */
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\",\"recursive\":true}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  sc_result_free(&res);
+  struct stat st;
+  snprintf(p, sizeof p, "%s/a", root);
+  assert_int_equal(lstat(p, &st), -1);
+  snprintf(p, sizeof p, "%s/outside/precious", root);
+  assert_int_equal(lstat(p, &st), 0);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\"}", root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
+  assert_int_equal(strncmp(res.msg, "rm: ", 4), 0);
+  sc_result_free(&res);
+  /* rename */
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rename\",\"from\":\"%s/st\",\"to\":\"%s/st2\"}", root, root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  sc_result_free(&res);
+  snprintf(p, sizeof p, "%s/st2", root);
+  assert_int_equal(lstat(p, &st), 0);
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rename\",\"from\":\"%s/st\",\"to\":\"%s/st2\"}", root, root);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
+  assert_int_equal(strncmp(res.msg, "rename: ", 8), 0);
+  sc_result_free(&res);
+  sc_close(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fs_write_read),
+      cmocka_unit_test(test_fs_write_atomic),
+      cmocka_unit_test(test_fs_concurrent_writers),
+      cmocka_unit_test(test_fs_read_errors),
+      cmocka_unit_test(test_fs_list_batches),
+      cmocka_unit_test(test_fs_stat_mkdir_rm_rename),
+  };
+  signal(SIGPIPE, SIG_IGN);
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,553 @@
+/* test_silkd_proto.c - silkd's connection model (spec §2, §9.3) and the
+ * process verbs (exec, ps, kill, attach, logs), against a real daemon. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+
+#include "silkd_client.h"
+
+static silkd_srv srv;
+
+static int setup(void **state) { return silkd_start(&srv); }
+static int teardown(void **state) {
+  int st = silkd_stop(&srv);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static void expect_type(sc *c, sbx_wire_type t) {
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  if (r.type != t) fprintf(stderr, "got %s, want %s\n", sbx_wire_type_name(r.type), sbx_wire_type_name(t));
+  assert_int_equal(r.type, t);
+  sbx_wire_resp_free(&r);
+}
+
+static void expect_error(sc *c, sbx_wire_error_kind kind, const char *msg_prefix) {
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_ERROR);
+  if (r.u.error.kind != kind) fprintf(stderr, "error %s\n", r.u.error.message);
+  assert_int_equal(r.u.error.kind, kind);
+  if (msg_prefix && strncmp(r.u.error.message, msg_prefix, strlen(msg_prefix)) != 0) {
+    fprintf(stderr, "message %s, want prefix %s\n", r.u.error.message, msg_prefix);
+    fail();
+  }
+  sbx_wire_resp_free(&r);
+}
+
+static void test_back_to_back(void **state) {
+  sc *c = sc_open(&srv);
+  assert_non_null(c);
+  /* Pipelined: all three before reading anything. */
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_stat\",\"path\":\"/\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"ps\"}");
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_INFO);
+  assert_int_equal(r.u.info.proto, 2);
+  sbx_wire_resp_free(&r);
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_STAT);
+  assert_int_equal(r.u.stat.info.kind, SBX_FILE_DIR);
+  sbx_wire_resp_free(&r);
+  expect_type(c, SBX_RESP_PROCS);
+  /* still open */
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\",\"future_field\":true,\"v\":1}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "parse: "); /* duplicate member */
+  assert_true(sc_closed(c));
+  sc_close(c);
+  c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\",\"future_field\":{\"x\":[1,2]}}");
+  expect_type(c, SBX_RESP_INFO);
+  sc_close(c);
+}
+
+static void test_late_input_dropped(void **state) {
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"true\"]}");
+  sc_result res;
+  assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+  assert_int_equal(res.final, SBX_RESP_EXIT);
+  assert_int_equal(res.code, 0);
+  sc_result_free(&res);
+  sc_sendf(c, "{\"v\":1,\"op\":\"stdin\",\"data\":\"aGVsbG8K\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  expect_type(c, SBX_RESP_INFO);
+  sc_close(c);
+}
+
+static void test_request_during_exec(void **state) {
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"cat\"]}");
+  expect_type(c, SBX_RESP_STARTED);
+  sc_sendf(c, "{\"v\":1,\"op\":\"stdin\",\"data\":\"aGVsbG8K\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  sc_result res;
+  assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+  assert_int_equal(res.final, SBX_RESP_EXIT);
+  assert_int_equal(res.code, 0);
+  assert_int_equal(res.out.len, 6);
+  assert_memory_equal(res.out.ptr, "hello\n", 6);
+  sc_result_free(&res);
+  expect_type(c, SBX_RESP_INFO);
+  sc_close(c);
+}
+
+static void test_leading_continuation(void **state) {
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"stdin_close\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"data_end\"}"); /* dropped silently */
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "stray data/stdin frame");
+  expect_type(c, SBX_RESP_INFO);
+  sc_close(c);
+}
+
+static void test_parse_failure_closes(void **state) {
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"no_such_op\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "parse: ");
+  assert_true(sc_closed(c));
+  sc_close(c);
+  c = sc_open(&srv);
+  sc_sendf(c, "   ");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "parse: ");
+  assert_true(sc_closed(c));
+  sc_close(c);
+}
+
+static void test_oversize_closes(void **state) {
+  sc *c = sc_open(&srv);
+  size_t n = SBX_WIRE_FRAME_CAP + 1;
+  char *line = sbx_malloc(n + 1);
+  memset(line, ' ', n);
+  memcpy(line, "{\"v\":1,\"op\":\"info\",\"x\":\"", 24);
+  line[n - 2] = '"';
+  line[n - 1] = '}';
+  line[n] = '\n';
+  sc_send_raw(c, line, n + 1); /* may fail with EPIPE once silkd closes */
+  sbx_free(line);
+  assert_true(sc_closed(c));
+  sc_close(c);
+  /* A line of exactly the cap is a frame. */
+  c = sc_open(&srv);
+  n = SBX_WIRE_FRAME_CAP;
+  line = sbx_malloc(n + 1);
+  memset(line, ' ', n);
+  memcpy(line, "{\"v\":1,\"op\":\"info\"}", 19);
+  line[n] = '\n';
+  assert_int_equal(sc_send_raw(c, line, n + 1), 0);
+  sbx_free(line);
+  expect_type(c, SBX_RESP_INFO);
+  sc_close(c);
+}
+
+static void test_exec_basics(void **state) {
+  sc *c = sc_open(&srv);
+  sc_result res;
+  assert_int_equal(sc_exec_sh(c, "echo 42; echo oops >&2; exit 3", &res), 1);
+  assert_int_equal(res.final, SBX_RESP_EXIT);
+  assert_int_equal(res.code, 3);
+  assert_true(res.pid > 0);
+  assert_string_equal(res.out.ptr, "42\n");
+  assert_string_equal(res.err.ptr, "oops\n");
+  sc_result_free(&res);
+  assert_int_equal(sc_exec_sh(c, "kill -TERM $$", &res), 1);
+  assert_int_equal(res.code, 143);
+  sc_result_free(&res);
+  /* §7.1: a cleared environment, request env layered on top. */
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"env\"],\"env\":{\"FOO\":\"bar\",\"TERM\":\"dumb\"}}");
+  assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+  assert_int_equal(res.code, 0);
+  assert_non_null(strstr(res.out.ptr, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"));
+  assert_non_null(strstr(res.out.ptr, "FOO=bar\n"));
+  assert_non_null(strstr(res.out.ptr, "TERM=dumb\n"));
+  assert_null(strstr(res.out.ptr, "HOME="));
+  sc_result_free(&res);
+  /* user switching (needs root, as silkd always has in a sandbox) */
+  if (geteuid() == 0) {
+    sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"id -u; id -G; echo $HOME $USER\"],"
+                "\"user\":\"nobody\",\"env\":{\"USER\":\"x\"}}");
+    assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+    assert_int_equal(res.code, 0);
+    assert_string_equal(res.out.ptr, "65534\n65534\n/nonexistent nobody\n");
+    sc_result_free(&res);
+  }
+  /* cwd */
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"pwd\"],\"cwd\":\"/tmp\"}");
+  assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+  assert_string_equal(res.out.ptr, "/tmp\n");
+  sc_result_free(&res);
+  /* stdin frames then stdin_close */
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"wc\",\"-c\"]}");
+  for (int i = 0; i < 100; i++) sc_send_bulk(c, SBX_BULK_REQ_STDIN, "0123456789", 10);
+  sc_sendf(c, "{\"v\":1,\"op\":\"stdin_close\"}");
+  assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+  assert_int_equal(res.code, 0);
+  assert_string_equal(res.out.ptr, "1000\n");
+  sc_result_free(&res);
+  sc_close(c);
+}
+
+static void test_exec_errors(void **state) {
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[]}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "argv must not be empty");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"true\"],\"detach\":true,\"session\":\"s\"}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "detach is not supported with session");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"true\"],\"session\":\"nope\"}");
+  expect_error(c, SBX_ERR_NOT_FOUND, "no such session");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"true\"],\"user\":\"no-such-user\"}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "unknown user \"no-such-user\"");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"/no/such/binary\"]}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "spawn: No such file or directory (os error 2)");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"no-such-binary-on-path\"]}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "spawn: ");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"true\"],\"cwd\":\"/no/such/dir\"}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "spawn: ");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"/etc/passwd\"]}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "spawn: Permission denied");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"true\"],\"env\":{\"A=B\":\"x\"}}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "invalid env name \"A=B\"");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"true\"],\"env\":{\"\":\"x\"}}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "invalid env name");
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"tr\\u0000ue\"]}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "invalid argument: NUL byte in ");
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_find\",\"path\":\"/tmp\",\"pattern\":\"x\"}");
+  expect_error(c, SBX_ERR_UNIMPLEMENTED, "fs_find is not implemented yet");
+  sc_sendf(c, "{\"v\":1,\"op\":\"git_status\",\"path\":\"/tmp\"}");
+  expect_error(c, SBX_ERR_UNIMPLEMENTED, "git_status is not implemented yet");
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  expect_type(c, SBX_RESP_INFO);
+  sc_close(c);
+}
+
+static void test_kill_ps(void **state) {
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"kill\",\"pid\":0}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "invalid pid");
+  sc_sendf(c, "{\"v\":1,\"op\":\"kill\",\"pid\":2147483648}");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "invalid pid");
+  sc_sendf(c, "{\"v\":1,\"op\":\"kill\",\"pid\":2147483647}");
+  expect_error(c, SBX_ERR_NOT_FOUND, "no such pid");
+  sc_sendf(c, "{\"v\":1,\"op\":\"attach\",\"pid\":2147483647}");
+  expect_error(c, SBX_ERR_NOT_FOUND, "no such pid");
+  sc_sendf(c, "{\"v\":1,\"op\":\"logs\",\"pid\":2147483647}");
+  expect_error(c, SBX_ERR_NOT_FOUND, "no such pid");
+
+  /* kill while streaming gives 137 */
+  sc *k = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"yes\"]}");
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_STARTED);
+  uint32_t pid = r.u.started.pid;
+  sbx_wire_resp_free(&r);
+  assert_int_equal(sc_recv(c, &r), 1); /* streaming */
+  assert_int_equal(r.type, SBX_RESP_STDOUT);
+  sbx_wire_resp_free(&r);
+  sc_sendf(k, "{\"v\":1,\"op\":\"ps\"}");
+  assert_int_equal(sc_recv(k, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_PROCS);
+  bool found = false;
+  for (size_t i = 0; i < r.u.procs.len; i++)
+    if (r.u.procs.items[i].pid == pid) {
+      found = true;
+      assert_false(r.u.procs.items[i].detached);
+      assert_int_equal(r.u.procs.items[i].state, SBX_PROC_RUNNING);
+      assert_false(r.u.procs.items[i].has_exit_code);
+    }
+  assert_true(found);
+  sbx_wire_resp_free(&r);
+  sc_sendf(k, "{\"v\":1,\"op\":\"kill\",\"pid\":%u}", pid);
+  expect_type(k, SBX_RESP_DONE);
+  sc_result res;
+  assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+  assert_int_equal(res.final, SBX_RESP_EXIT);
+  assert_int_equal(res.code, 137);
+  sc_result_free(&res);
+  /* the entry left the table with its exit */
+  sc_sendf(k, "{\"v\":1,\"op\":\"kill\",\"pid\":%u}", pid);
+  expect_error(k, SBX_ERR_NOT_FOUND, "no such pid");
+  sc_close(k);
+  sc_close(c);
+}
+
+static void test_detached_logs_attach(void **state) {
+  sc *c = sc_open(&srv);
+  sc *a = sc_open(&srv);
+  /* The child waits for a file we create, so attach surely sees it live. */
+  char gate[400];
+  snprintf(gate, sizeof gate, "%s/gate", srv.dir);
+  sc_sendf(c,
+           "{\"v\":1,\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"echo hello; echo warn >&2; "
+           "while [ ! -e %s ]; do sleep 0.05; done; echo world; exit 7\"],\"detach\":true}",
+           gate);
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_STARTED); /* the whole RPC */
+  uint32_t pid = r.u.started.pid;
+  sbx_wire_resp_free(&r);
+  sc_sendf(c, "{\"v\":1,\"op\":\"stdin\",\"data\":\"aGVsbG8K\"}"); /* discarded */
+  sc_sendf(a, "{\"v\":1,\"op\":\"attach\",\"pid\":%u}", pid);
+  /* replay of hello arrives before the gate opens */
+  sc_result res;
+  memset(&res, 0, sizeof res);
+  bool seen_hello = false;
+  while (!seen_hello) {
+    assert_int_equal(sc_recv(a, &r), 1);
+    if (r.type == SBX_RESP_STDOUT) {
+      assert_memory_equal(r.u.stdout_.data.ptr, "hello\n", 6);
+      seen_hello = true;
+    } else {
+      assert_int_equal(r.type, SBX_RESP_STDERR);
+    }
+    sbx_wire_resp_free(&r);
+  }
+  int fd = open(gate, O_CREAT | O_WRONLY, 0644);
+  close(fd);
+  assert_int_equal(sc_collect(a, &res, SC_FIN_ATTACH), 1);
+  assert_int_equal(res.final, SBX_RESP_EXIT);
+  assert_int_equal(res.code, 7);
+  assert_non_null(strstr(res.out.ptr ? res.out.ptr : "", "world\n"));
+  sc_result_free(&res);
+  /* logs: ring, exit, done */
+  sc_sendf(c, "{\"v\":1,\"op\":\"logs\",\"pid\":%u}", pid);
+  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  assert_true(res.saw_exit);
+  assert_int_equal(res.code, 7);
+  assert_string_equal(res.out.ptr, "hello\nworld\n");
+  assert_string_equal(res.err.ptr, "warn\n");
+  sc_result_free(&res);
+  /* attach after exit: replay then exit */
+  sc_sendf(a, "{\"v\":1,\"op\":\"attach\",\"pid\":%u}", pid);
+  assert_int_equal(sc_collect(a, &res, SC_FIN_ATTACH), 1);
+  assert_int_equal(res.final, SBX_RESP_EXIT);
+  assert_string_equal(res.out.ptr, "hello\nworld\n");
+  sc_result_free(&res);
+  /* ps shows it exited, with its code; kill of an exited entry is done */
+  sc_sendf(c, "{\"v\":1,\"op\":\"ps\"}");
+  assert_int_equal(sc_recv(c, &r), 1);
+  bool found = false;
+  for (size_t i = 0; i < r.u.procs.len; i++)
+    if (r.u.procs.items[i].pid == pid) {
+      found = true;
+      assert_true(r.u.procs.items[i].detached);
+      assert_int_equal(r.u.procs.items[i].state, SBX_PROC_EXITED);
+      assert_true(r.u.procs.items[i].has_exit_code);
+      assert_int_equal(r.u.procs.items[i].exit_code, 7);
+    }
+  assert_true(found);
+  sbx_wire_resp_free(&r);
+  sc_sendf(c, "{\"v\":1,\"op\":\"kill\",\"pid\":%u,\"signal\":15}", pid);
+  expect_type(c, SBX_RESP_DONE);
+  sc_close(a);
+  sc_close(c);
+}
+
+static void test_client_gone_kills_child(void **state) {
+  /* A streaming child whose client vanishes is killed at the next write. */
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"yes\"]}");
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  uint32_t pid = r.u.started.pid;
+  sbx_wire_resp_free(&r);
+  sc_close(c);
+  sc *k = sc_open(&srv);
+  for (;;) { /* poll until the entry is gone; no time limit asserted */
+    sc_sendf(k, "{\"v\":1,\"op\":\"logs\",\"pid\":%u}", pid);
+    sc_result res;
+    assert_int_equal(sc_collect(k, &res, SC_FIN_DONE), 1);
+    sbx_wire_type f = res.final;
+    sc_result_free(&res);
+    if (f == SBX_RESP_ERROR) break;
+    usleep(10000);
+  }
+  assert_int_equal(kill((pid_t)pid, 0), -1);
+  sc_close(k);
+}
+
+/* Children of `parent` from /proc: zombies if `zombie`, else live ones. */
+static int children_of(pid_t parent, bool zombie) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+    char p[300], buf[512] = {0};
+    snprintf(p, sizeof p, "/proc/%s/stat", de->d_name);
+    FILE *f = fopen(p, "r");
+    if (!f) continue;
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    char *rp = strrchr(buf, ')');
+    if (!k || !rp) continue;
+    char state;
+    int ppid;
+    if (sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == parent && (state == 'Z') == zombie) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+static void test_orphans_reaped_and_drain(void **state) {
+  sc *c = sc_open(&srv);
+  /* The background child keeps stdout open: exit still comes (after the
+   * drain), the output before it arrives, and the orphan is reaped. */
+  sc_result res;
+  assert_int_equal(sc_exec_sh(c, "sleep 0.3 & echo hi", &res), 1);
+  assert_int_equal(res.final, SBX_RESP_EXIT);
+  assert_int_equal(res.code, 0);
+  assert_string_equal(res.out.ptr, "hi\n");
+  sc_result_free(&res);
+  assert_int_equal(sc_exec_sh(c, "for i in 1 2 3 4 5; do (sleep 0.1 &) ; done", &res), 1);
+  assert_int_equal(res.code, 0);
+  sc_result_free(&res);
+  /* Wait (no deadline) until the orphans, now silkd's children, are gone. */
+  while (children_of(srv.pid, false) > 0) usleep(20000);
+  /* Reaping happens on the loop; a fresh RPC round trip orders us after it. */
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  sbx_wire_resp_free(&r);
+  /* poll: the reap runs on SIGCHLD, asynchronously to us */
+  for (int i = 0; i < 1000 && children_of(srv.pid, true) > 0; i++) usleep(10000);
+  assert_int_equal(children_of(srv.pid, true), 0);
+  sc_close(c);
+}
+
+static void test_sigterm_exits_zero(void **state) {
+  silkd_srv s2;
+  assert_int_equal(silkd_start(&s2), 0);
+  sc *c = sc_open(&s2);
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"sleep\",\"1000\"],\"detach\":true}");
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  pid_t pid = (pid_t)r.u.started.pid;
+  sbx_wire_resp_free(&r);
+  int st = silkd_stop(&s2);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  /* the child was killed (it is reparented and reaped by init) */
+  for (int i = 0; kill(pid, 0) == 0 && i < 100000; i++) {
+    char p[64], buf[256] = {0};
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f) break;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    char *rp = strrchr(buf, ')');
+    if (n && rp && rp[2] == 'Z') break; /* zombie of our test's init: dead */
+    usleep(1000);
+  }
+  sc_close(c);
+}
+
+/* --listen stdio: one connection on stdin/stdout; the daemon exits with it. */
+static void test_stdio_transport(void **state) {
+  int in[2], out[2];
+  assert_int_equal(pipe2(in, O_CLOEXEC), 0);
+  assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/silkd", SBX_BUILD_BIN_DIR);
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    int nul = open("/dev/null", O_WRONLY);
+    dup2(nul, 2);
+    execl(bin, "silkd", "--listen", "stdio", (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  const char *req = "{\"v\":1,\"op\":\"info\"}\n{\"v\":1,\"op\":\"exec\",\"argv\":[\"echo\",\"hi\"]}\n";
+  assert_int_equal(write(in[1], req, strlen(req)), (ssize_t)strlen(req));
+  close(in[1]);
+  sc c = {.fd = out[0], .fr = sbx_frame_reader_new(0), .buf = sbx_malloc(1 << 16)};
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(&c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_INFO);
+  sbx_wire_resp_free(&r);
+  sc_result res;
+  assert_int_equal(sc_collect(&c, &res, SC_FIN_EXIT), 1);
+  assert_int_equal(res.code, 0);
+  assert_string_equal(res.out.ptr, "hi\n");
+  sc_result_free(&res);
+  assert_true(sc_closed(&c));
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  close(out[0]);
+  sbx_frame_reader_free(c.fr);
+  sbx_free(c.buf);
+}
+
+/* --listen fd:N: an inherited listening socket, as the jail driver does. */
+static void test_fd_listener(void **state) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/inherited.sock", srv.dir);
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(lfd, 8), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char bin[512], arg[32];
+    snprintf(bin, sizeof bin, "%s/silkd", SBX_BUILD_BIN_DIR);
+    snprintf(arg, sizeof arg, "fd:%d", lfd);
+    int nul = open("/dev/null", O_RDWR);
+    dup2(nul, 0);
+    dup2(nul, 2);
+    execl(bin, "silkd", "--listen", arg, (char *)NULL);
+    _exit(127);
+  }
+  close(lfd);
+  silkd_srv s2 = {.pid = pid};
+  snprintf(s2.sock, sizeof s2.sock, "%s", path);
+  sc *c = sc_open(&s2); /* the backlog accepts before silkd runs */
+  assert_non_null(c);
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_INFO);
+  sbx_wire_resp_free(&r);
+  sc_close(c);
+  kill(pid, SIGTERM);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_back_to_back),
+      cmocka_unit_test(test_late_input_dropped),
+      cmocka_unit_test(test_request_during_exec),
+      cmocka_unit_test(test_leading_continuation),
+      cmocka_unit_test(test_parse_failure_closes),
+      cmocka_unit_test(test_oversize_closes),
+      cmocka_unit_test(test_exec_basics),
+      cmocka_unit_test(test_exec_errors),
+      cmocka_unit_test(test_kill_ps),
+      cmocka_unit_test(test_detached_logs_attach),
+      cmocka_unit_test(test_client_gone_kills_child),
+      cmocka_unit_test(test_orphans_reaped_and_drain),
+      cmocka_unit_test(test_sigterm_exits_zero),
+      cmocka_unit_test(test_stdio_transport),
+      cmocka_unit_test(test_fd_listener),
+  };
+  signal(SIGPIPE, SIG_IGN);
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
