@@ -1,0 +1,177 @@
+/* bench-jail: the jail driver's figures.
+ *
+ *   clone -> silkd answers info   p50/p90/p99 over --n clones (default 200)
+ *   destroy                       p50/p90/p99
+ *   bwrap --unshare-all --die-with-parent --ro-bind / / true, same run, and
+ *   the ratio clone p50 / bwrap p50
+ *   density: --density idle sandboxes at once (default 200), host memory per
+ *   idle sandbox (MemAvailable drop) and the cgroup-charged memory
+ *
+ * Needs root and a built silkd next to this program (or SBX_SILKD). */
+#include <errno.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sandbox/core.h>
+#include <sandbox/driver.h>
+
+extern char **environ;
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static double pct(uint64_t *v, size_t n, double p) {
+  qsort(v, n, sizeof *v, cmp_u64);
+  size_t i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
+  return (double)v[i < n ? i : n - 1] / 1e6;
+}
+
+static void report(const char *name, uint64_t *v, size_t n) {
+  printf("%-26s n=%-4zu p50 %7.2f ms  p90 %7.2f ms  p99 %7.2f ms\n", name, n, pct(v, n, 50), pct(v, n, 90),
+         pct(v, n, 99));
+}
+
+static long meminfo_kib(const char *key) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long v = -1;
+  size_t kl = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, key, kl) == 0 && line[kl] == ':') v = strtol(line + kl + 1, NULL, 10);
+  fclose(f);
+  return v;
+}
+
+static int run_bwrap(void) {
+  char *argv[] = {"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true", NULL};
+  pid_t pid;
+  if (posix_spawnp(&pid, "bwrap", NULL, NULL, argv, environ) != 0) return -1;
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+  size_t n = 200, density = 200, nbwrap = 50;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) n = strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--density") == 0 && i + 1 < argc) density = strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--bwrap") == 0 && i + 1 < argc) nbwrap = strtoul(argv[++i], NULL, 10);
+    else {
+      fprintf(stderr, "usage: bench-jail [--n CLONES] [--density SANDBOXES] [--bwrap RUNS]\n");
+      return 2;
+    }
+  }
+  if (n < 2 || nbwrap < 2) return 2;
+  char silkd[PATH_MAX];
+  const char *env = getenv("SBX_SILKD");
+  if (env) {
+    snprintf(silkd, sizeof silkd, "%s", env);
+  } else {
+    ssize_t l = readlink("/proc/self/exe", silkd, sizeof silkd - 8);
+    if (l < 0) return 1;
+    silkd[l] = '\0';
+    strcpy(strrchr(silkd, '/') + 1, "silkd");
+  }
+  sbx_driver_config cfg = {.templates_dir = "/tmp/sbx-bench-jail/templates",
+                           .goldens_dir = "/tmp/sbx-bench-jail/goldens",
+                           .run_dir = "/run/sbx-bench-jail",
+                           .silkd_path = silkd,
+                           .cgroup_name = "sandbox-bench"};
+  sbx_error err = {0};
+  sbx_driver *d = NULL;
+  sbx_template *t = NULL;
+  sbx_golden *g = NULL;
+  sbx_template_spec ts = {.name = "host"};
+  if (sbx_driver_open("jail", &cfg, &d, &err) < 0 || sbx_template_prepare(d, &ts, &t, &err) < 0 ||
+      sbx_golden_build(d, t, NULL, &g, &err) < 0) {
+    fprintf(stderr, "bench-jail: %s\n", err.msg);
+    return 1;
+  }
+  uint64_t *ready = sbx_calloc(n, sizeof *ready), *destroy = sbx_calloc(n, sizeof *destroy);
+  uint64_t *bw = sbx_calloc(nbwrap, sizeof *bw);
+  sbx_clone_spec spec;
+  sbx_clone_spec_init(&spec);
+  char id[64];
+  spec.id = id;
+  /* warm the page cache and the kernel's namespace caches first */
+  for (size_t i = 0; i < 5 + n; i++) {
+    snprintf(id, sizeof id, "bench-%zu", i);
+    sbx_instance *s = NULL;
+    uint64_t t0 = sbx_now_ns();
+    if (sbx_sandbox_clone(d, g, &spec, &s, &err) < 0) {
+      fprintf(stderr, "bench-jail: clone: %s\n", err.msg);
+      return 1;
+    }
+    uint64_t t1 = sbx_now_ns();
+    if (sbx_sandbox_destroy(s, &err) < 0) {
+      fprintf(stderr, "bench-jail: destroy: %s\n", err.msg);
+      return 1;
+    }
+    uint64_t t2 = sbx_now_ns();
+    if (i >= 5) {
+      ready[i - 5] = t1 - t0;
+      destroy[i - 5] = t2 - t1;
+    }
+  }
+  for (size_t i = 0; i < nbwrap; i++) {
+    uint64_t t0 = sbx_now_ns();
+    if (run_bwrap() < 0) {
+      fprintf(stderr, "bench-jail: bwrap failed (is bubblewrap installed?)\n");
+      return 1;
+    }
+    bw[i] = sbx_now_ns() - t0;
+  }
+  printf("jail driver, host template, size small, silkd %s\n", silkd);
+  double clone50 = (qsort(ready, n, sizeof *ready, cmp_u64), pct(ready, n, 50));
+  report("clone -> silkd info", ready, n);
+  report("destroy", destroy, n);
+  double bw50 = (qsort(bw, nbwrap, sizeof *bw, cmp_u64), pct(bw, nbwrap, 50));
+  report("bwrap ... true", bw, nbwrap);
+  printf("ratio clone p50 / bwrap p50: %.2fx\n", clone50 / bw50);
+
+  if (density > 0) {
+    sbx_instance **all = sbx_calloc(density, sizeof *all);
+    sync();
+    long avail0 = meminfo_kib("MemAvailable");
+    size_t made = 0;
+    uint64_t charged = 0;
+    for (; made < density; made++) {
+      snprintf(id, sizeof id, "dense-%zu", made);
+      if (sbx_sandbox_clone(d, g, &spec, &all[made], &err) < 0) {
+        fprintf(stderr, "bench-jail: density clone %zu: %s\n", made, err.msg);
+        break;
+      }
+    }
+    long avail1 = meminfo_kib("MemAvailable");
+    for (size_t i = 0; i < made; i++) {
+      sbx_stats st;
+      if (sbx_sandbox_stats(all[i], &st, NULL) == 0) charged += st.mem_bytes;
+    }
+    if (made > 0) {
+      printf("density: %zu idle sandboxes, host MemAvailable drop %.2f MiB per sandbox, "
+             "cgroup-charged %.2f MiB per sandbox\n",
+             made, (double)(avail0 - avail1) / 1024.0 / (double)made,
+             (double)charged / 1048576.0 / (double)made);
+    }
+    uint64_t t0 = sbx_now_ns();
+    for (size_t i = 0; i < made; i++) sbx_sandbox_destroy(all[i], NULL);
+    printf("density: destroyed %zu in %.1f ms\n", made, (double)(sbx_now_ns() - t0) / 1e6);
+    sbx_free(all);
+  }
+  sbx_free(ready);
+  sbx_free(destroy);
+  sbx_free(bw);
+  sbx_golden_release(d, g);
+  sbx_template_release(d, t);
+  sbx_driver_close(d);
+  return 0;
+}

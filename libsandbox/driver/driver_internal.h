@@ -1,0 +1,23 @@
+/* driver_internal.h - what every driver's handles share. */
+#ifndef SBX_DRIVER_INTERNAL_H
+#define SBX_DRIVER_INTERNAL_H
+
+#include <sandbox/driver.h>
+
+#define SBX_ID_MAX 64
+
+/* First member of every driver's sbx_instance, so the generic accessors
+ * and dispatch work without knowing the driver. */
+typedef struct sbx_instance_hdr {
+  sbx_driver *drv;
+  char id[SBX_ID_MAX];
+  pid_t pid;
+} sbx_instance_hdr;
+
+extern const sbx_driver_ops sbx_jail_driver_ops;
+extern const sbx_driver_ops sbx_qemu_driver_ops;
+
+/* [a-zA-Z0-9._-]{1,63}, not "." or "..": safe as a file and cgroup name. */
+int sbx_check_id(const char *id, sbx_error *err);
+
+#endif

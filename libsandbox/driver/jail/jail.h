@@ -1,0 +1,150 @@
+/* jail.h - internals of the jail driver.
+ *
+ * The parent computes everything the child needs (a plan: a list of typed
+ * setup operations, bubblewrap style) before clone, so the child between
+ * clone and execve only makes system calls on prepared data: no malloc, no
+ * stdio, nothing that a fork of a threaded process must not do. The child
+ * stops at the first operation that fails and reports which one. */
+#ifndef SBX_JAIL_H
+#define SBX_JAIL_H
+
+#include <limits.h>
+#include <linux/filter.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <sandbox/driver.h>
+
+#include "../driver_internal.h"
+#include "../../template/layers.h"
+
+#define JAIL_OPS_MAX 96
+#define JAIL_STR_MAX 256
+#define JAIL_DATA_MAX 3072
+
+typedef enum jail_op_kind {
+  /* host side: paths are trusted host paths, before pivot_root */
+  JOP_TMPFS_HOST,   /* mount tmpfs at target (data = options) */
+  JOP_MKDIR_HOST,   /* mkdir target (EEXIST ok) */
+  JOP_OVERLAY_ROOT, /* mount overlay at target (data = options); becomes the new root */
+  /* new-root side: target is relative to the new root and resolved beneath
+   * it with no symlink followed, so a hostile layer cannot redirect a mount */
+  JOP_OVERLAY,     /* overlay at target (a directory, created if missing) */
+  JOP_TMPFS,       /* tmpfs at target (data = options, flags = mount flags) */
+  JOP_DEVPTS,      /* devpts newinstance at target */
+  JOP_PROC,        /* procfs at target */
+  JOP_BIND_DEV,    /* bind host device src onto a new empty file target */
+  JOP_MASK,        /* bind target's /dev/null over target; optional if missing */
+  JOP_MASK_DIR,    /* empty read-only tmpfs over target; optional if missing */
+  JOP_RO,          /* bind target onto itself read-only; optional if missing */
+  JOP_SYMLINK,     /* symlink src at target */
+  JOP_PIVOT,       /* pivot_root into the new root, detach the old one */
+} jail_op_kind;
+
+typedef struct jail_op {
+  jail_op_kind kind;
+  unsigned long flags;
+  char src[JAIL_STR_MAX];
+  char target[JAIL_STR_MAX];
+  char data[JAIL_DATA_MAX];
+} jail_op;
+
+typedef struct jail_plan {
+  size_t nops;
+  jail_op ops[JAIL_OPS_MAX];
+  char hostname[64];
+  int go_fd;     /* child reads one byte: the parent has placed it in its cgroups */
+  int report_fd; /* child writes a jail_report on failure; CLOEXEC, so EOF = exec'd */
+  int listen_fd; /* becomes fd 3 for silkd; -1 for a test init */
+  int exec_fd;   /* O_PATH of silkd on the host, exec'd with execveat; -1 = path exec */
+  int stdio[3];
+  int devnull_fd;
+  bool unshare_cgroup;
+  const struct sock_fprog *seccomp;
+  uint64_t keep_caps; /* bit per capability kept */
+  char *const *argv;
+  char *const *envp;
+} jail_plan;
+
+typedef struct jail_report {
+  int op;     /* index into ops, or a negative step (see setup.c) */
+  int errnum;
+  char what[JAIL_STR_MAX];
+} jail_report;
+
+/* setup.c: the child side. Never returns. */
+__attribute__((noreturn)) void jail_child(const jail_plan *p);
+const char *jail_step_name(int step);
+
+/* cgroup.c */
+typedef struct jail_cgroup jail_cgroup;
+int jail_cgroup_init(const char *name, jail_cgroup **out, sbx_error *err);
+void jail_cgroup_free(jail_cgroup *cg);
+int jail_cgroup_create(jail_cgroup *cg, const char *id, const sbx_size_tier *size, sbx_error *err);
+int jail_cgroup_attach(jail_cgroup *cg, const char *id, pid_t pid, sbx_error *err);
+int jail_cgroup_freeze(jail_cgroup *cg, const char *id, bool frozen, sbx_error *err);
+int jail_cgroup_stats(jail_cgroup *cg, const char *id, sbx_stats *st, sbx_error *err);
+/* Kill whatever is left in it, then remove it. Missing is fine. */
+int jail_cgroup_remove(jail_cgroup *cg, const char *id, sbx_error *err);
+/* Calls fn for each sandbox cgroup present (for reconcile). */
+int jail_cgroup_list(jail_cgroup *cg, void (*fn)(void *ud, const char *id), void *ud, sbx_error *err);
+bool jail_cgroup_exists(jail_cgroup *cg, const char *id);
+
+/* seccomp.c */
+int jail_seccomp_build(struct sock_fprog *out, sbx_error *err);
+void jail_seccomp_free(struct sock_fprog *prog);
+uint64_t jail_default_caps(void);
+
+/* plan.c: builds the operation list for one clone. */
+typedef struct jail_plan_args {
+  const sbx_layers *layers;
+  const char *sbx_dir;      /* <run_dir>/<id> */
+  const char *upper_dir;    /* persistent upper (golden build) or NULL = tmpfs in scratch */
+  const sbx_size_tier *size;
+} jail_plan_args;
+int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err);
+
+/* jail.c: the handles and one jail's life, shared with golden.c and
+ * reconcile.c. */
+typedef struct jail_driver {
+  sbx_driver base;
+  char *templates_dir, *goldens_dir, *run_dir;
+  int run_dirfd;
+  int silkd_fd; /* O_PATH; -1 when no silkd was configured */
+  int devnull_fd;
+  jail_cgroup *cg;
+  struct sock_fprog seccomp;
+  uint64_t caps;
+} jail_driver;
+
+struct sbx_template {
+  sbx_layers layers;
+};
+
+struct sbx_golden {
+  sbx_layers layers;
+};
+
+struct sbx_instance {
+  sbx_instance_hdr hdr;
+  jail_driver *jd;
+  int pidfd;
+  bool is_child; /* ours to waitpid; an adopted jail is only watched */
+  bool exited;
+  int code;
+};
+
+int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *spec, const char *upper_dir,
+               sbx_instance **out, sbx_error *err);
+int jail_wait(sbx_instance *s, int timeout_ms, int *code, sbx_error *err);
+int jail_destroy(sbx_instance *s, sbx_error *err);
+void jail_golden_release(sbx_golden *g);
+unsigned long long jail_proc_starttime(pid_t pid);
+void jail_teardown_host(jail_driver *jd, const char *id);
+
+/* golden.c, reconcile.c */
+int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spec *spec, sbx_golden **out,
+                      sbx_error *err);
+int jail_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err);
+
+#endif

@@ -1,0 +1,71 @@
+/* The driver registry and the size tier table: pure lookups, no jail. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <sandbox/driver.h>
+
+static void test_tiers_match_spec(void **state) {
+  (void)state;
+  size_t n = 0;
+  const sbx_size_tier *t = sbx_size_tiers(&n);
+  assert_int_equal(n, 5);
+  static const struct {
+    const char *name;
+    unsigned vcpus;
+    uint64_t mib;
+  } want[] = {{"small", 1, 512}, {"medium", 2, 1024}, {"large", 4, 4096}, {"xlarge", 4, 8192}, {"2xlarge", 8, 16384}};
+  for (size_t i = 0; i < n; i++) {
+    assert_string_equal(t[i].name, want[i].name);
+    assert_int_equal(t[i].vcpus, want[i].vcpus);
+    assert_int_equal(t[i].mem_bytes, want[i].mib << 20);
+    assert_true(t[i].pids_max > 0);
+    assert_ptr_equal(sbx_size_tier_get(want[i].name), &t[i]);
+  }
+  /* names are exact and lowercase; free-form values are refused */
+  assert_null(sbx_size_tier_get("Small"));
+  assert_null(sbx_size_tier_get("512M"));
+  assert_null(sbx_size_tier_get(""));
+  assert_null(sbx_size_tier_get(NULL));
+}
+
+static void test_registry(void **state) {
+  (void)state;
+  sbx_error err = {0};
+  const sbx_driver_ops *jail = sbx_driver_get("jail", &err);
+  assert_non_null(jail);
+  assert_string_equal(jail->name, "jail");
+  /* no VM driver is built in yet: auto is the jail, qemu is unsupported */
+  assert_ptr_equal(sbx_driver_get("auto", &err), jail);
+  assert_null(sbx_driver_get("qemu", &err));
+  assert_int_equal(err.code, SBX_E_UNSUPPORTED);
+  assert_null(sbx_driver_get("firecracker", &err));
+  assert_int_equal(err.code, SBX_E_NOTFOUND);
+  sbx_driver *d = NULL;
+  assert_int_equal(sbx_driver_open("qemu", NULL, &d, &err), SBX_E_UNSUPPORTED);
+  assert_null(d);
+}
+
+static void test_clone_spec_defaults(void **state) {
+  (void)state;
+  sbx_clone_spec s;
+  memset(&s, 0x5a, sizeof s);
+  sbx_clone_spec_init(&s);
+  assert_null(s.id);
+  assert_null(s.init_argv);
+  assert_int_equal(s.net, SBX_NET_NONE);
+  for (int i = 0; i < 3; i++) assert_int_equal(s.stdio[i], -1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tiers_match_spec),
+      cmocka_unit_test(test_registry),
+      cmocka_unit_test(test_clone_spec_defaults),
+  };
+  return cmocka_run_group_tests_name("driver_registry", tests, NULL, NULL);
+}

@@ -1,0 +1,245 @@
+/* Isolation of real jails, seen from inside: each case runs a script as
+ * pid 1 of a fresh jail over the host template and asserts the exact
+ * outcome. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include "jail_test.h"
+
+static jt T;
+static char out[1 << 16];
+
+static int setup(void **state) {
+  (void)state;
+  return jt_open(&T) < 0 ? -1 : 0;
+}
+static int teardown(void **state) {
+  (void)state;
+  jt_close(&T);
+  return 0;
+}
+
+static void test_only_own_processes(void **state) {
+  (void)state;
+  /* The loop runs inside pid 1 itself (no fork), so pid 1 must be alone. */
+  int code = jt_run(&T, "iso-pids", "for p in /proc/[0-9]*; do echo ${p#/proc/}; done", out, sizeof out);
+  assert_int_equal(code, 0);
+  assert_string_equal(out, "1\n");
+}
+
+static void test_hostname_is_id(void **state) {
+  (void)state;
+  assert_int_equal(jt_run(&T, "iso-host", "read h < /proc/sys/kernel/hostname; echo $h", out, sizeof out), 0);
+  assert_string_equal(out, "iso-host\n");
+}
+
+static void test_net_none_only_lo(void **state) {
+  (void)state;
+  int code = jt_run(&T, "iso-net", "sed -n '3,$p' /proc/net/dev | cut -d: -f1 | tr -d ' '", out, sizeof out);
+  assert_int_equal(code, 0);
+  assert_string_equal(out, "lo\n");
+}
+
+static void test_net_cannot_reach_host_loopback(void **state) {
+  (void)state;
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(l, 4), 0);
+  socklen_t sl = sizeof sa;
+  getsockname(l, (struct sockaddr *)&sa, &sl);
+  char script[512];
+  snprintf(script, sizeof script,
+           "python3 -c 'import socket,errno\n"
+           "s=socket.socket()\ns.settimeout(5)\n"
+           "try:\n s.connect((\"127.0.0.1\",%d)); print(\"connected\")\n"
+           "except OSError as e: print(errno.errorcode.get(e.errno, e))'",
+           ntohs(sa.sin_port));
+  int code = jt_run(&T, "iso-lo", script, out, sizeof out);
+  close(l);
+  assert_int_equal(code, 0);
+  assert_string_equal(out, "ECONNREFUSED\n");
+}
+
+static void test_host_secrets_masked(void **state) {
+  (void)state;
+  int code = jt_run(&T, "iso-secrets",
+                    "for f in /etc/shadow /etc/gshadow /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_rsa_key; do "
+                    "  if cat $f >/dev/null 2>&1; then echo readable $f; fi; done; "
+                    "echo root: $(ls -A /root) home: $(ls -A /home); test -d /sys/kernel && echo sys",
+                    out, sizeof out);
+  assert_int_equal(code, 1); /* the last test fails: /sys is empty */
+  assert_string_equal(out, "root: home:\n");
+  /* and the host's own file is of course still there */
+  assert_int_equal(access("/etc/shadow", R_OK), 0);
+}
+
+static void test_proc_sensitive_unusable(void **state) {
+  (void)state;
+  int code = jt_run(&T, "iso-proc",
+                    "python3 -c '\n"
+                    "import errno,os\n"
+                    "def w(p):\n"
+                    "  try:\n    open(p,\"w\").write(\"h\"); return \"written\"\n"
+                    "  except OSError as e: return errno.errorcode[e.errno]\n"
+                    "def r(p):\n"
+                    "  try:\n    return str(len(open(p,\"rb\").read(4096)))\n"
+                    "  except OSError as e: return errno.errorcode[e.errno]\n"
+                    "print(\"sysrq\", w(\"/proc/sysrq-trigger\"))\n"
+                    "print(\"sys\", w(\"/proc/sys/kernel/hostname\"))\n"
+                    "print(\"kcore\", r(\"/proc/kcore\") if os.path.exists(\"/proc/kcore\") else \"0\")\n"
+                    "print(\"keys\", r(\"/proc/keys\"))\n"
+                    "print(\"timer_list\", r(\"/proc/timer_list\"))\n"
+                    "'",
+                    out, sizeof out);
+  assert_int_equal(code, 0);
+  /* a kernel built without magic SysRq has no such file at all */
+  char want[128];
+  snprintf(want, sizeof want, "sysrq %s\nsys EROFS\nkcore 0\nkeys 0\ntimer_list 0\n",
+           access("/proc/sysrq-trigger", F_OK) == 0 ? "EROFS" : "ENOENT");
+  assert_string_equal(out, want);
+}
+
+static void test_seccomp_denies(void **state) {
+  (void)state;
+  /* x86-64 numbers; each call would otherwise do something (unshare of a
+   * user namespace and keyctl succeed for any user without the filter). */
+  int code = jt_run(&T, "iso-seccomp",
+                    "python3 -c '\n"
+                    "import ctypes,errno\n"
+                    "libc=ctypes.CDLL(None,use_errno=True)\n"
+                    "calls=[(\"mount\",165,0),(\"kexec_load\",246,0),(\"bpf\",321,0),(\"init_module\",175,0),"
+                    "(\"keyctl\",250,0),(\"unshare_user\",272,0x10000000),(\"setns\",308,0),"
+                    "(\"perf_event_open\",298,0),(\"open_by_handle_at\",304,0),(\"userfaultfd\",323,0),"
+                    "(\"reboot\",169,0),(\"umount2\",166,0),(\"pivot_root\",155,0),(\"io_uring_setup\",425,0)]\n"
+                    "for n,nr,a in calls:\n"
+                    "  rc=libc.syscall(nr,ctypes.c_long(a),0,0,0,0)\n"
+                    "  print(n, errno.errorcode.get(ctypes.get_errno()) if rc<0 else \"ok\")\n"
+                    "'",
+                    out, sizeof out);
+  assert_int_equal(code, 0);
+  assert_string_equal(out,
+                      "mount EPERM\nkexec_load EPERM\nbpf EPERM\ninit_module EPERM\nkeyctl EPERM\n"
+                      "unshare_user EPERM\nsetns EPERM\nperf_event_open EPERM\nopen_by_handle_at EPERM\n"
+                      "userfaultfd EPERM\nreboot EPERM\numount2 EPERM\npivot_root EPERM\nio_uring_setup EPERM\n");
+}
+
+static void test_setuid_does_not_raise(void **state) {
+  (void)state;
+  /* /var/tmp is on the overlay (no nosuid): only no_new_privs stops it. */
+  int code = jt_run(&T, "iso-suid",
+                    "cp /usr/bin/id /var/tmp/suid-id && chmod 4755 /var/tmp/suid-id && "
+                    "setpriv --reuid=65534 --regid=65534 --clear-groups /var/tmp/suid-id -u",
+                    out, sizeof out);
+  assert_int_equal(code, 0);
+  assert_string_equal(out, "65534\n");
+}
+
+static void test_writes_stay_in_own_layer(void **state) {
+  (void)state;
+  sbx_error err = {0};
+  sbx_instance *a = NULL;
+  int fd = -1;
+  /* A writes into template files and stays alive while B and the host look. */
+  assert_int_equal(jt_start(&T, "iso-wa", NULL,
+                            "echo sbx-marker-A >> /etc/hosts && echo sbx-marker-A > /usr/sbx-marker && "
+                            "grep -c sbx-marker-A /etc/hosts && exec sleep 1000",
+                            &fd, &a, &err),
+                   0);
+  char line[64] = "";
+  ssize_t n = read(fd, line, sizeof line - 1);
+  assert_true(n > 0);
+  line[n] = '\0';
+  assert_string_equal(line, "1\n");
+  int code = jt_run(&T, "iso-wb", "grep -c sbx-marker-A /etc/hosts; test -e /usr/sbx-marker; echo $?", out,
+                    sizeof out);
+  assert_int_equal(code, 0);
+  assert_string_equal(out, "0\n1\n");
+  assert_int_not_equal(access("/usr/sbx-marker", F_OK), 0);
+  FILE *f = fopen("/etc/hosts", "r");
+  char buf[4096];
+  size_t len = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  assert_null(strstr(buf, "sbx-marker-A"));
+  close(fd);
+  assert_int_equal(sbx_sandbox_destroy(a, &err), 0);
+}
+
+static void test_memory_limit_kills_allocator_only(void **state) {
+  (void)state;
+  /* small = 512 MiB; pid 1 (the shell) must survive its child's OOM. */
+  int code = jt_run(&T, "iso-oom",
+                    "exec 2>/dev/null; python3 -c 'b=[]\nwhile True: b.append(bytearray(32<<20))'; echo rc=$?; echo alive",
+                    out, sizeof out);
+  assert_int_equal(code, 0);
+  assert_string_equal(out, "rc=137\nalive\n");
+}
+
+static void test_fork_bomb_stops_at_pids_limit(void **state) {
+  (void)state;
+  const sbx_size_tier *small = sbx_size_tier_get("small");
+  int code = jt_run(&T, "iso-bomb",
+                    "python3 -c '\n"
+                    "import os,errno,signal\n"
+                    "kids=[]\n"
+                    "while True:\n"
+                    "  try: pid=os.fork()\n"
+                    "  except OSError as e: err=errno.errorcode[e.errno]; break\n"
+                    "  if pid==0: os.execv(\"/bin/sleep\",[\"sleep\",\"1000\"])\n"
+                    "  kids.append(pid)\n"
+                    "for k in kids: os.kill(k,signal.SIGKILL)\n"
+                    "for k in kids: os.waitpid(k,0)\n"
+                    "print(\"forked\",len(kids),err)\n"
+                    "'; echo alive",
+                    out, sizeof out);
+  assert_int_equal(code, 0);
+  char want[64];
+  /* pids.max counts every task: the shell and python are the other two */
+  snprintf(want, sizeof want, "forked %u EAGAIN\nalive\n", small->pids_max - 2);
+  assert_string_equal(out, want);
+}
+
+static void test_cannot_signal_or_ptrace_other(void **state) {
+  (void)state;
+  sbx_error err = {0};
+  sbx_instance *a = NULL;
+  assert_int_equal(jt_start(&T, "iso-sa", NULL, "exec sleep 1000", NULL, &a, &err), 0);
+  pid_t hp = sbx_instance_pid(a);
+  char script[512];
+  snprintf(script, sizeof script,
+           "python3 -c '\n"
+           "import ctypes,errno,os\n"
+           "try: os.kill(%d,9); print(\"killed\")\n"
+           "except OSError as e: print(errno.errorcode[e.errno])\n"
+           "libc=ctypes.CDLL(None,use_errno=True)\n"
+           "rc=libc.ptrace(16,%d,0,0)\n"
+           "print(errno.errorcode.get(ctypes.get_errno()) if rc<0 else \"attached\")\n"
+           "'",
+           (int)hp, (int)hp);
+  int code = jt_run(&T, "iso-sb", script, out, sizeof out);
+  assert_int_equal(code, 0);
+  assert_string_equal(out, "ESRCH\nESRCH\n");
+  assert_int_equal(kill(hp, 0), 0); /* A is untouched */
+  assert_int_equal(sbx_sandbox_destroy(a, &err), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_only_own_processes),
+      cmocka_unit_test(test_hostname_is_id),
+      cmocka_unit_test(test_net_none_only_lo),
+      cmocka_unit_test(test_net_cannot_reach_host_loopback),
+      cmocka_unit_test(test_host_secrets_masked),
+      cmocka_unit_test(test_proc_sensitive_unusable),
+      cmocka_unit_test(test_seccomp_denies),
+      cmocka_unit_test(test_setuid_does_not_raise),
+      cmocka_unit_test(test_writes_stay_in_own_layer),
+      cmocka_unit_test(test_memory_limit_kills_allocator_only),
+      cmocka_unit_test(test_fork_bomb_stops_at_pids_limit),
+      cmocka_unit_test(test_cannot_signal_or_ptrace_other),
+  };
+  return cmocka_run_group_tests_name("jail_isolation", tests, setup, teardown);
+}

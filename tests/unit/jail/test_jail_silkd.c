@@ -1,0 +1,269 @@
+/* Jails with the real silkd as pid 1: clone -> ready, exec through the
+ * agent channel, and silkd surviving what its children do to the limits. */
+#include <sys/sysmacros.h>
+
+#include <sandbox/agent.h>
+
+#include "jail_test.h"
+
+extern int sbx_rm_rf_at(int dirfd, const char *name, sbx_error *err);
+
+static jt T;
+
+static int setup(void **state) {
+  (void)state;
+  if (access(SBX_BUILD_BIN_DIR "/silkd", X_OK) != 0) {
+    fprintf(stderr, "silkd not built at %s\n", SBX_BUILD_BIN_DIR "/silkd");
+    return -1; /* fail, not skip: CI builds silkd */
+  }
+  return jt_open(&T) < 0 ? -1 : 0;
+}
+static int teardown(void **state) {
+  (void)state;
+  jt_close(&T);
+  return 0;
+}
+
+static sbx_agent *open_agent(sbx_instance *s) {
+  sbx_error err = {0};
+  int fd = -1;
+  assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
+  sbx_agent *a = NULL;
+  assert_int_equal(sbx_agent_open(fd, &a, &err), 0);
+  sbx_agent_set_timeout(a, 60000);
+  return a;
+}
+
+static sbx_instance *clone_silkd(const char *id) {
+  sbx_error err = {0};
+  sbx_clone_spec spec;
+  sbx_clone_spec_init(&spec);
+  spec.id = id;
+  sbx_instance *s = NULL;
+  int rc = sbx_sandbox_clone(T.drv, T.golden, &spec, &s, &err);
+  if (rc < 0) fail_msg("clone %s: %s", id, err.msg);
+  return s;
+}
+
+static int run(sbx_agent *a, const char *script, char *out, size_t cap) {
+  sbx_error err = {0};
+  sbx_buf o = SBX_BUF_INIT(1 << 20), e = SBX_BUF_INIT(1 << 20);
+  const char *argv[] = {"/bin/sh", "-c", script, NULL};
+  int code = -1000;
+  if (sbx_agent_run(a, argv, &o, &e, &code, &err) < 0) fail_msg("exec: %s", err.msg);
+  snprintf(out, cap, "%s", o.ptr ? o.ptr : "");
+  sbx_buf_free(&o);
+  sbx_buf_free(&e);
+  return code;
+}
+
+static void assert_info(sbx_agent *a) {
+  sbx_error err = {0};
+  sbx_resp_info info;
+  char version[64];
+  assert_int_equal(sbx_agent_info(a, &info, version, sizeof version, &err), 0);
+  assert_int_equal(info.proto, 2);
+}
+
+static void test_exec_through_silkd(void **state) {
+  (void)state;
+  sbx_instance *s = clone_silkd("sk-exec");
+  sbx_agent *a = open_agent(s);
+  char out[4096];
+  assert_int_equal(run(a, "echo hello; hostname; cat /proc/1/comm; exit 7", out, sizeof out), 7);
+  assert_string_equal(out, "hello\nsk-exec\nsilkd\n");
+  sbx_agent_close(a);
+  sbx_error err = {0};
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
+static void test_silkd_survives_oom_and_fork_bomb(void **state) {
+  (void)state;
+  sbx_instance *s = clone_silkd("sk-limits");
+  sbx_agent *a = open_agent(s);
+  char out[4096];
+  assert_int_equal(run(a, "exec python3 -c 'b=[]\nwhile True: b.append(bytearray(32<<20))'", out, sizeof out),
+                   137);
+  assert_info(a);
+  int code = run(a,
+                 "python3 -c '\n"
+                 "import os,errno,signal\n"
+                 "kids=[]\n"
+                 "while True:\n"
+                 "  try: pid=os.fork()\n"
+                 "  except OSError as e: err=errno.errorcode[e.errno]; break\n"
+                 "  if pid==0: os.execv(\"/bin/sleep\",[\"sleep\",\"1000\"])\n"
+                 "  kids.append(pid)\n"
+                 "for k in kids: os.kill(k,signal.SIGKILL)\n"
+                 "for k in kids: os.waitpid(k,0)\n"
+                 "print(err)\n"
+                 "'",
+                 out, sizeof out);
+  assert_int_equal(code, 0);
+  assert_string_equal(out, "EAGAIN\n");
+  assert_info(a);
+  sbx_agent_close(a);
+  sbx_error err = {0};
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
+/* silkd is static in a normal build but dynamic under the sanitizers; a
+ * root of its own then needs silkd's loader and libraries at the same paths. */
+static void add_silkd_deps(const char *root) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "ldd %s 2>/dev/null | grep -o '/[^ ]*' | while read -r f; do cp --parents -L \"$f\" %s; done; true",
+           SBX_BUILD_BIN_DIR "/silkd", root);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* A directory template with nothing but one file: silkd is exec'd from the
+ * host through an fd, so even an empty root gets a working agent. */
+static void test_directory_template(void **state) {
+  (void)state;
+  sbx_error err = {0};
+  char root[128];
+  snprintf(root, sizeof root, JT_STATE "/dirtpl-%d", (int)getpid());
+  mkdir(root, 0755);
+  char file[192];
+  snprintf(file, sizeof file, "%s/hello.txt", root);
+  FILE *f = fopen(file, "w");
+  fputs("from the template\n", f);
+  fclose(f);
+  add_silkd_deps(root);
+  /* a device node the template carries: /dev/null's numbers, so that if it
+   * did open, nothing would be harmed */
+  char node[192];
+  snprintf(node, sizeof node, "%s/disk", root);
+  assert_int_equal(mknod(node, S_IFCHR | 0666, makedev(1, 3)), 0);
+  char name[64];
+  snprintf(name, sizeof name, "dirtpl-%d", (int)getpid());
+  sbx_template_spec ts = {.name = name, .path = root};
+  sbx_template *t = NULL;
+  assert_int_equal(sbx_template_prepare(T.drv, &ts, &t, &err), 0);
+  sbx_golden *g = NULL;
+  assert_int_equal(sbx_golden_build(T.drv, t, NULL, &g, &err), 0);
+  sbx_clone_spec spec;
+  sbx_clone_spec_init(&spec);
+  spec.id = "sk-dir";
+  sbx_instance *s = NULL;
+  assert_int_equal(sbx_sandbox_clone(T.drv, g, &spec, &s, &err), 0);
+  sbx_agent *a = open_agent(s);
+  sbx_buf b = SBX_BUF_INIT(4096);
+  assert_int_equal(sbx_agent_read_file(a, "/hello.txt", &b, &err), 0);
+  assert_string_equal(b.ptr, "from the template\n");
+  sbx_buf_free(&b);
+  assert_int_equal(sbx_agent_write_file(a, "/hello.txt", "changed\n", 8, -1, &err), 0);
+  sbx_wire_file_info fi;
+  assert_int_equal(sbx_agent_stat(a, "/etc/shadow", &fi, &err), SBX_E_REMOTE);
+  /* the template's device node exists but cannot be opened (nodev, and the
+   * devices cgroup); the jail's own /dev/null works (test_jail_isolation's
+   * scripts redirect to it) */
+  sbx_buf b2 = SBX_BUF_INIT(4096);
+  assert_int_equal(sbx_agent_stat(a, "/disk", &fi, &err), 0);
+  assert_int_equal(sbx_agent_read_file(a, "/disk", &b2, &err), SBX_E_REMOTE);
+  assert_non_null(strstr(err.msg, "ermission denied"));
+  sbx_buf_free(&b2);
+  sbx_agent_close(a);
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+  /* the template itself is untouched */
+  char buf[64] = "";
+  f = fopen(file, "r");
+  assert_non_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  assert_string_equal(buf, "from the template\n");
+  sbx_golden_release(T.drv, g);
+  sbx_template_release(T.drv, t);
+  int rfd = open(JT_STATE, O_PATH | O_DIRECTORY);
+  assert_int_equal(sbx_rm_rf_at(rfd, strrchr(root, '/') + 1, &err), 0);
+  close(rfd);
+  int tfd = open(JT_STATE "/templates", O_PATH | O_DIRECTORY);
+  char reg[96];
+  snprintf(reg, sizeof reg, "%s/rootfs", name);
+  unlinkat(tfd, reg, 0);
+  unlinkat(tfd, name, AT_REMOVEDIR);
+  close(tfd);
+}
+
+static void make_tar(const char *path, const char *members_py) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c '\n"
+           "import tarfile,io\n"
+           "t=tarfile.open(\"%s\",\"w:gz\")\n"
+           "def f(n,data=b\"\",**kw):\n"
+           "  i=tarfile.TarInfo(n); i.size=len(data); [setattr(i,k,v) for k,v in kw.items()]\n"
+           "  t.addfile(i,io.BytesIO(data))\n"
+           "%s\n"
+           "t.close()'",
+           path, members_py);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_archive_template(void **state) {
+  (void)state;
+  sbx_error err = {0};
+  char tar[128], name[64];
+  snprintf(tar, sizeof tar, JT_STATE "/tpl-%d.tar.gz", (int)getpid());
+  snprintf(name, sizeof name, "tar-%d", (int)getpid());
+  make_tar(tar, "f(\"./etc\",type=tarfile.DIRTYPE,mode=0o755)\n"
+                "f(\"./etc/motd\",b\"hello from tar\\n\",mode=0o644)\n"
+                "f(\"./etc/motd.link\",type=tarfile.SYMTYPE,linkname=\"motd\")\n"
+                "f(\"./etc/motd.hard\",type=tarfile.LNKTYPE,linkname=\"./etc/motd\")\n"
+                "f(\"./dev/console\",type=tarfile.CHRTYPE,devmajor=5,devminor=1)");
+  sbx_template_spec ts = {.name = name, .archive = tar};
+  sbx_template *t = NULL;
+  assert_int_equal(sbx_template_prepare(T.drv, &ts, &t, &err), 0);
+  char rootfs[256];
+  snprintf(rootfs, sizeof rootfs, JT_STATE "/templates/%s/rootfs", name);
+  add_silkd_deps(rootfs);
+  sbx_golden *g = NULL;
+  assert_int_equal(sbx_golden_build(T.drv, t, NULL, &g, &err), 0);
+  sbx_clone_spec spec;
+  sbx_clone_spec_init(&spec);
+  spec.id = "sk-tar";
+  sbx_instance *s = NULL;
+  assert_int_equal(sbx_sandbox_clone(T.drv, g, &spec, &s, &err), 0);
+  sbx_agent *a = open_agent(s);
+  sbx_buf b = SBX_BUF_INIT(4096);
+  assert_int_equal(sbx_agent_read_file(a, "/etc/motd.link", &b, &err), 0);
+  assert_string_equal(b.ptr, "hello from tar\n");
+  sbx_buf_reset(&b);
+  assert_int_equal(sbx_agent_read_file(a, "/etc/motd.hard", &b, &err), 0);
+  assert_string_equal(b.ptr, "hello from tar\n");
+  sbx_buf_free(&b);
+  sbx_agent_close(a);
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+  sbx_golden_release(T.drv, g);
+  sbx_template_release(T.drv, t);
+
+  /* unsafe archives are refused whole and leave no template */
+  char bad[64];
+  snprintf(bad, sizeof bad, "bad-%d", (int)getpid());
+  sbx_template_spec bs = {.name = bad, .archive = tar};
+  make_tar(tar, "f(\"ok\",b\"x\")\nf(\"../evil\",b\"x\")");
+  assert_int_equal(sbx_template_prepare(T.drv, &bs, &t, &err), SBX_E_PARSE);
+  assert_non_null(strstr(err.msg, "../evil"));
+  make_tar(tar, "f(\"esc\",type=tarfile.SYMTYPE,linkname=\"/tmp\")\nf(\"esc/pwned\",b\"x\")");
+  assert_true(sbx_template_prepare(T.drv, &bs, &t, &err) < 0);
+  assert_int_equal(err.os_errno, ELOOP);
+  assert_int_not_equal(access("/tmp/pwned", F_OK), 0);
+  char p[256];
+  snprintf(p, sizeof p, JT_STATE "/templates/%s", bad);
+  assert_int_not_equal(access(p, F_OK), 0);
+
+  unlink(tar);
+  int tfd = open(JT_STATE "/templates", O_PATH | O_DIRECTORY);
+  assert_int_equal(sbx_rm_rf_at(tfd, name, &err), 0);
+  close(tfd);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_exec_through_silkd),
+      cmocka_unit_test(test_silkd_survives_oom_and_fork_bomb),
+      cmocka_unit_test(test_directory_template),
+      cmocka_unit_test(test_archive_template),
+  };
+  return cmocka_run_group_tests_name("jail_silkd", tests, setup, teardown);
+}
