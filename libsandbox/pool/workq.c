@@ -1,0 +1,163 @@
+/* workq.c - a fixed set of worker threads and one eventfd back to the loop.
+ *
+ * Jobs carry two halves: work runs on a worker and may block for seconds
+ * (clone, destroy); done runs on the owner's thread when it next calls
+ * dispatch, so everything done touches needs no lock. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <sandbox/core.h>
+
+#include "workq.h"
+
+struct job {
+  struct job *next;
+  sbx_job_fn work;
+  sbx_job_done_fn done;
+  void *arg;
+};
+
+struct jobq {
+  struct job *head, *tail;
+};
+
+struct sbx_workq {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct jobq todo, finished;
+  bool stopping;
+  int efd;
+  unsigned nthreads;
+  pthread_t *threads;
+};
+
+static void q_push(struct jobq *q, struct job *j) {
+  j->next = NULL;
+  if (q->tail) q->tail->next = j;
+  else q->head = j;
+  q->tail = j;
+}
+
+static void q_push_front(struct jobq *q, struct job *j) {
+  j->next = q->head;
+  q->head = j;
+  if (!q->tail) q->tail = j;
+}
+
+static struct job *q_pop(struct jobq *q) {
+  struct job *j = q->head;
+  if (j) {
+    q->head = j->next;
+    if (!q->head) q->tail = NULL;
+  }
+  return j;
+}
+
+static void signal_fd(int fd) {
+  uint64_t one = 1;
+  /* EAGAIN means the counter is already non-zero: the loop will wake. */
+  ssize_t r = write(fd, &one, sizeof one);
+  (void)r;
+}
+
+static void *worker(void *p) {
+  sbx_workq *q = p;
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    while (!q->stopping && !q->todo.head) pthread_cond_wait(&q->cv, &q->mu);
+    if (q->stopping) break;
+    struct job *j = q_pop(&q->todo);
+    pthread_mutex_unlock(&q->mu);
+    if (j->work) j->work(j->arg);
+    pthread_mutex_lock(&q->mu);
+    q_push(&q->finished, j);
+    signal_fd(q->efd);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+int sbx_workq_new(unsigned threads, sbx_workq **out, sbx_error *err) {
+  if (threads == 0) threads = 1;
+  sbx_workq *q = sbx_calloc(1, sizeof *q);
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->cv, NULL);
+  q->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (q->efd < 0) {
+    int e = errno;
+    sbx_free(q);
+    return sbx_err_os(err, e, "eventfd");
+  }
+  q->threads = sbx_calloc(threads, sizeof *q->threads);
+  for (unsigned i = 0; i < threads; i++) {
+    int rc = pthread_create(&q->threads[i], NULL, worker, q);
+    if (rc != 0) {
+      q->nthreads = i;
+      sbx_workq_free(q);
+      return sbx_err_os(err, rc, "pthread_create");
+    }
+  }
+  q->nthreads = threads;
+  *out = q;
+  return 0;
+}
+
+void sbx_workq_free(sbx_workq *q) {
+  if (!q) return;
+  pthread_mutex_lock(&q->mu);
+  q->stopping = true;
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+  for (unsigned i = 0; i < q->nthreads; i++) pthread_join(q->threads[i], NULL);
+  struct job *j;
+  while ((j = q_pop(&q->finished))) {
+    if (j->done) j->done(j->arg, false);
+    sbx_free(j);
+  }
+  while ((j = q_pop(&q->todo))) {
+    if (j->done) j->done(j->arg, true);
+    sbx_free(j);
+  }
+  close(q->efd);
+  pthread_cond_destroy(&q->cv);
+  pthread_mutex_destroy(&q->mu);
+  sbx_free(q->threads);
+  sbx_free(q);
+}
+
+void sbx_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void *arg, bool urgent) {
+  struct job *j = sbx_calloc(1, sizeof *j);
+  j->work = work;
+  j->done = done;
+  j->arg = arg;
+  pthread_mutex_lock(&q->mu);
+  if (urgent) q_push_front(&q->todo, j);
+  else q_push(&q->todo, j);
+  pthread_cond_signal(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+int sbx_workq_fd(const sbx_workq *q) { return q->efd; }
+
+void sbx_workq_wake(sbx_workq *q) { signal_fd(q->efd); }
+
+int sbx_workq_dispatch(sbx_workq *q) {
+  uint64_t v;
+  ssize_t r = read(q->efd, &v, sizeof v);
+  (void)r;
+  pthread_mutex_lock(&q->mu);
+  struct jobq done = q->finished;
+  q->finished.head = q->finished.tail = NULL;
+  pthread_mutex_unlock(&q->mu);
+  int n = 0;
+  struct job *j;
+  while ((j = q_pop(&done))) {
+    if (j->done) j->done(j->arg, false);
+    sbx_free(j);
+    n++;
+  }
+  return n;
+}

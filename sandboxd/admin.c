@@ -1,0 +1,297 @@
+/* admin.c - node state: info, pools, drain, peers, volumes, metrics, and
+ * restart recovery (spec §4.18, 4.19, 4.24-4.26, 5.13). */
+#include <stdio.h>
+#include <string.h>
+
+#include "sandboxd.h"
+
+static json_t *key_json(const sbx_pool_key *k) {
+  return json_pack("{s:s,s:s,s:s}", "template", k->tmpl, "net", k->net, "size", k->size);
+}
+
+json_t *node_info(struct sbxd *d) {
+  size_t n = sbx_pool_mgr_stats(d->pm, NULL, 0);
+  sbx_pool_stat *st = sbx_calloc(n ? n : 1, sizeof *st);
+  sbx_pool_mgr_stats(d->pm, st, n);
+  json_t *pools = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(pools, json_pack("{s:o,s:i,s:i,s:i,s:b}", "key", key_json(&st[i].key), "warm", st[i].warm,
+                                           "refilling", st[i].refilling, "target", st[i].target, "golden",
+                                           st[i].golden));
+  sbx_free(st);
+  json_t *o = json_pack("{s:o,s:I,s:i,s:i}", "pools", pools, "claimed", (json_int_t)sbx_lease_count(d->leases),
+                        "hibernated", 0, "archived", 0);
+  if (sbx_pool_mgr_draining(d->pm)) json_object_set_new(o, "draining", json_true());
+  const char *reason;
+  if (sbx_pool_mgr_at_capacity(d->pm, &reason)) {
+    json_object_set_new(o, "at_capacity", json_true());
+    if (reason) json_object_set_new(o, "at_capacity_reason", json_string(reason));
+  }
+  return o;
+}
+
+void h_info(struct sbxd *d, struct http_req *req) {
+  struct caller who;
+  if (auth_node(d, req, true, &who) < 0) return;
+  reply_json(req, 200, node_info(d));
+}
+
+int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err) {
+  sbx_pool_conf *pc = sbx_calloc(n ? n : 1, sizeof *pc);
+  for (size_t i = 0; i < n; i++) pc[i] = p[i].pc;
+  int rc = sbx_pool_mgr_set_pools(d->pm, pc, n, err);
+  sbx_free(pc);
+  if (rc < 0) {
+    config_free_pools(p, n);
+    return rc;
+  }
+  config_free_pools(d->pools, d->npools);
+  d->pools = p;
+  d->npools = n;
+  return 0;
+}
+
+void h_pools(struct sbxd *d, struct http_req *req) {
+  struct caller who;
+  if (auth_node(d, req, true, &who) < 0) return;
+  json_t *body = decode_body(req, true);
+  if (!body) return;
+  const char *k;
+  json_t *v;
+  json_object_foreach(body, k, v) {
+    if (strcmp(k, "pools") != 0) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "unknown field %.100s", k);
+      reply_error(req, 400, msg);
+      json_decref(body);
+      return;
+    }
+  }
+  json_t *arr = json_object_get(body, "pools");
+  if (!arr) {
+    reply_error(req, 400, "pools: required");
+    json_decref(body);
+    return;
+  }
+  struct pool_cfg *p;
+  size_t n;
+  char msg[400];
+  int rc = config_parse_pools(arr, true, d->cfg, &p, &n, msg, sizeof msg);
+  json_decref(body);
+  if (rc < 0) {
+    reply_error(req, 400, msg);
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(p[i].pc.key.net, "egress") == 0) {
+      config_free_pools(p, n);
+      reply_error(req, 409, "no egress attachment");
+      return;
+    }
+  /* Persist first: a set that cannot be saved is not applied (§4.18). */
+  sbx_error err;
+  if (journal_write_pools(d, p, n, &err) < 0) {
+    sbx_error_log("pools.json: %s", err.msg);
+    config_free_pools(p, n);
+    reply_error(req, 500, "persisting pools failed");
+    return;
+  }
+  d->pools_from_file = true;
+  if (apply_pools(d, p, n, &err) < 0) {
+    reply_error(req, 500, err.msg);
+    return;
+  }
+  sbx_info("pools retuned: %zu pool(s)", n);
+  reply_json(req, 200, node_info(d));
+}
+
+void h_drain(struct sbxd *d, struct http_req *req, bool on) {
+  struct caller who;
+  if (auth_node(d, req, true, &who) < 0) return;
+  if (on != sbx_pool_mgr_draining(d->pm)) sbx_info("%s", on ? "draining: node cordoned" : "uncordoned");
+  sbx_pool_mgr_set_draining(d->pm, on);
+  reply_json(req, 200, node_info(d));
+}
+
+void h_peers(struct sbxd *d, struct http_req *req) {
+  struct caller who;
+  if (auth_node(d, req, false, &who) < 0) return;
+  reply_json(req, 200, json_pack("{s:[]}", "peers"));
+}
+
+void h_volumes(struct sbxd *d, struct http_req *req) {
+  struct caller who;
+  if (auth_node(d, req, false, &who) < 0) return;
+  reply_json(req, 200, json_pack("{s:[]}", "volumes"));
+}
+
+/* Label values: backslash, double quote and newline escaped (format 0.0.4). */
+static void label(sbx_buf *b, const char *s) {
+  for (; *s; s++) {
+    if (*s == '\\') sbx_buf_adds(b, "\\\\", NULL);
+    else if (*s == '"') sbx_buf_adds(b, "\\\"", NULL);
+    else if (*s == '\n') sbx_buf_adds(b, "\\n", NULL);
+    else sbx_buf_addc(b, *s, NULL);
+  }
+}
+
+static void metric_head(sbx_buf *b, const char *name, const char *type, const char *help) {
+  sbx_buf_printf(b, NULL, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void h_metrics(struct sbxd *d, struct http_req *req) {
+  struct caller who;
+  if (auth_node(d, req, true, &who) < 0) return;
+  sbx_buf b = SBX_BUF_INIT(16 * 1024 * 1024);
+  size_t claimed = sbx_lease_count(d->leases), failed = 0;
+  sbx_lease *l;
+  for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) failed += l->failed;
+  metric_head(&b, "sandboxd_claimed", "gauge", "Sandboxes in the index, counting hibernated and archived ones.");
+  sbx_buf_printf(&b, NULL, "sandboxd_claimed %zu\n", claimed);
+  metric_head(&b, "sandboxd_hibernated", "gauge", "Hibernated sandboxes, counting archived ones.");
+  sbx_buf_printf(&b, NULL, "sandboxd_hibernated 0\n");
+  metric_head(&b, "sandboxd_archived", "gauge", "Archived sandboxes.");
+  sbx_buf_printf(&b, NULL, "sandboxd_archived 0\n");
+  metric_head(&b, "sandboxd_failed", "gauge", "Indexed sandboxes whose instance was found dead.");
+  sbx_buf_printf(&b, NULL, "sandboxd_failed %zu\n", failed);
+  metric_head(&b, "sandboxd_draining", "gauge", "1 while the node is cordoned.");
+  sbx_buf_printf(&b, NULL, "sandboxd_draining %d\n", sbx_pool_mgr_draining(d->pm) ? 1 : 0);
+  metric_head(&b, "sandboxd_tenant_claims", "gauge", "Live claims per configured tenant.");
+  for (size_t i = 0; i < d->cfg->ntenants; i++) {
+    sbx_buf_adds(&b, "sandboxd_tenant_claims{tenant=\"", NULL);
+    label(&b, d->cfg->tenants[i].name);
+    sbx_buf_printf(&b, NULL, "\"} %zu\n", sbx_lease_count_tenant(d->leases, d->cfg->tenants[i].name));
+  }
+  size_t n = sbx_pool_mgr_stats(d->pm, NULL, 0);
+  sbx_pool_stat *st = sbx_calloc(n ? n : 1, sizeof *st);
+  sbx_pool_mgr_stats(d->pm, st, n);
+  for (int pass = 0; pass < 2; pass++) {
+    const char *name = pass ? "sandboxd_pool_target" : "sandboxd_pool_warm";
+    metric_head(&b, name, "gauge", pass ? "Effective target of each pool." : "Ready instances in each pool.");
+    for (size_t i = 0; i < n; i++) {
+      sbx_buf_printf(&b, NULL, "%s{template=\"", name);
+      label(&b, st[i].key.tmpl);
+      sbx_buf_printf(&b, NULL, "\",net=\"%s\",size=\"%s\"} %d\n", st[i].key.net, st[i].key.size,
+                     pass ? st[i].target : st[i].warm);
+    }
+  }
+  sbx_free(st);
+  metric_head(&b, "sandboxd_claims_total", "counter", "Claims completed, by tier.");
+  sbx_buf_printf(&b, NULL,
+                 "sandboxd_claims_total{tier=\"warm\"} %llu\nsandboxd_claims_total{tier=\"clone\"} %llu\n"
+                 "sandboxd_claims_total{tier=\"cold\"} %llu\n",
+                 (unsigned long long)d->m.claims_warm, (unsigned long long)d->m.claims_clone,
+                 (unsigned long long)d->m.claims_cold);
+  metric_head(&b, "sandboxd_claim_seconds_total", "counter", "Sum of claim durations in seconds.");
+  sbx_buf_printf(&b, NULL, "sandboxd_claim_seconds_total %.9f\n", d->m.claim_seconds);
+  static const char *const zero_counters[][2] = {
+      {"sandboxd_wake_seconds_total", "Sum of wake durations in seconds."},
+      {"sandboxd_wakes_total", "Wakes completed."},
+      {"sandboxd_hibernates_total", "Hibernates completed."},
+      {"sandboxd_forks_total", "Fork requests completed."},
+      {"sandboxd_checkpoints_total", "Checkpoints created."},
+      {"sandboxd_promotes_total", "Promotes completed."},
+      {"sandboxd_archives_total", "Sandboxes archived."},
+      {"sandboxd_unarchives_total", "Restores from archive."},
+      {"sandboxd_archive_deletes_total", "Archives purged at retention."},
+  };
+  metric_head(&b, "sandboxd_releases_total", "counter", "Releases.");
+  sbx_buf_printf(&b, NULL, "sandboxd_releases_total %llu\n", (unsigned long long)d->m.releases);
+  metric_head(&b, "sandboxd_reaps_total", "counter", "Lease expiries that destroyed a sandbox.");
+  sbx_buf_printf(&b, NULL, "sandboxd_reaps_total %llu\n", (unsigned long long)d->m.reaps);
+  for (size_t i = 0; i < sizeof zero_counters / sizeof *zero_counters; i++) {
+    metric_head(&b, zero_counters[i][0], "counter", zero_counters[i][1]);
+    sbx_buf_printf(&b, NULL, "%s 0\n", zero_counters[i][0]);
+  }
+  http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.ptr ? b.ptr : "", b.len, NULL);
+  sbx_buf_free(&b);
+}
+
+/* ---- recovery (§5.13): adopt journalled claims, destroy the rest ---- */
+
+struct rec {
+  struct sbxd *d;
+  json_t *claims;
+  bool *found;
+};
+
+static json_t *claim_by_vm(struct rec *r, const char *vm, size_t *idx) {
+  size_t i;
+  json_t *c;
+  json_array_foreach(r->claims, i, c) {
+    const char *v = json_string_value(json_object_get(c, "vm"));
+    if (v && strcmp(v, vm) == 0) {
+      *idx = i;
+      return c;
+    }
+  }
+  return NULL;
+}
+
+static bool rec_keep(void *ud, const char *name) {
+  size_t i;
+  return claim_by_vm(ud, name, &i) != NULL;
+}
+
+static void lease_from_json(const json_t *c, sbx_lease *l) {
+  memset(l, 0, sizeof *l);
+  const json_t *k = json_object_get(c, "key");
+  snprintf(l->id, sizeof l->id, "%s", json_string_value(json_object_get(c, "id")) ?: "");
+  snprintf(l->token, sizeof l->token, "%s", json_string_value(json_object_get(c, "token")) ?: "");
+  snprintf(l->tenant, sizeof l->tenant, "%s", json_string_value(json_object_get(c, "tenant")) ?: "");
+  snprintf(l->vm, sizeof l->vm, "%s", json_string_value(json_object_get(c, "vm")) ?: "");
+  snprintf(l->key.tmpl, sizeof l->key.tmpl, "%s", json_string_value(json_object_get(k, "template")) ?: "");
+  snprintf(l->key.net, sizeof l->key.net, "%s", json_string_value(json_object_get(k, "net")) ?: "none");
+  snprintf(l->key.size, sizeof l->key.size, "%s", json_string_value(json_object_get(k, "size")) ?: "small");
+  l->claimed_at = json_integer_value(json_object_get(c, "claimed_at"));
+  l->deadline = json_integer_value(json_object_get(c, "deadline"));
+  l->ttl = (int)json_integer_value(json_object_get(c, "ttl"));
+  const char *ref = json_string_value(json_object_get(c, "claim_ref"));
+  l->claim_ref = ref ? (char *)ref : NULL; /* commit copies it */
+}
+
+static void rec_adopt(void *ud, const char *name, struct inst *s) {
+  struct rec *r = ud;
+  size_t i;
+  json_t *c = claim_by_vm(r, name, &i);
+  if (!c || r->found[i] || !valid_sandbox_id(json_string_value(json_object_get(c, "id")) ?: "")) {
+    sbx_pool_mgr_destroy(r->d->pm, s);
+    return;
+  }
+  sbx_lease l;
+  lease_from_json(c, &l);
+  l.inst = s;
+  sbx_error err;
+  if (sbx_lease_commit(r->d->leases, &l, false, NULL, &err) < 0) {
+    sbx_pool_mgr_destroy(r->d->pm, s);
+    return;
+  }
+  r->found[i] = true;
+  sbx_info("re-adopted %s (%s)", l.id, name);
+}
+
+int recover(struct sbxd *d, sbx_error *err) {
+  struct rec r = {.d = d, .claims = journal_read_claims(d)};
+  if (!r.claims) r.claims = json_array();
+  r.found = sbx_calloc(json_array_size(r.claims) + 1, sizeof *r.found);
+  int rc = provider_reconcile(d->prov, rec_keep, rec_adopt, &r, err);
+  if (rc >= 0) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(r.claims, i, c) {
+      if (r.found[i]) continue;
+      sbx_lease l;
+      lease_from_json(c, &l);
+      if (!valid_sandbox_id(l.id)) continue;
+      /* Its instance is gone: keep the row, counted as failed, until it is
+       * released or reaped (§5.13 step 2). */
+      l.failed = true;
+      sbx_lease_commit(d->leases, &l, false, NULL, NULL);
+      sbx_warn("claim %s: instance %s is gone", l.id, l.vm);
+    }
+    rc = journal_write_claims(d, err);
+  }
+  sbx_free(r.found);
+  json_decref(r.claims);
+  return rc;
+}

@@ -1,0 +1,375 @@
+/* claims.c - claim, release, renew, the sandbox index and reaping
+ * (spec §4.1, 4.3, 4.4, 4.7-4.9, 4.23, 5.11). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "sandboxd.h"
+
+#define PROBE_CLONE_MS 15000
+#define PROBE_COLD_MS 90000
+
+static json_t *key_json(const sbx_pool_key *k) {
+  return json_pack("{s:s,s:s,s:s}", "template", k->tmpl, "net", k->net, "size", k->size);
+}
+
+static void persist_put(struct sbxd *d, const sbx_lease *l) {
+  sbx_error err;
+  if (journal_put(d, l, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
+}
+
+/* ---- claim ---- */
+
+struct claim_op {
+  struct sbxd *d;
+  struct http_req *req;
+  sbx_lease proto;
+  char *claim_ref;
+  bool client_gone;
+  bool pooled;
+  uint64_t started_ns;
+};
+
+static void claim_client_gone(void *arg) {
+  struct claim_op *op = arg;
+  op->client_gone = true;
+}
+
+static void claim_commit(struct claim_op *op, struct inst *s, const char *tier) {
+  struct sbxd *d = op->d;
+  sbx_lease *l;
+  sbx_error err;
+  op->proto.inst = s;
+  snprintf(op->proto.vm, sizeof op->proto.vm, "%s", inst_name(s));
+  int64_t now = now_unix();
+  op->proto.claimed_at = now;
+  op->proto.deadline = now + op->proto.ttl;
+  op->proto.claim_ref = op->claim_ref;
+  if (sbx_lease_commit(d->leases, &op->proto, true, &l, &err) < 0) {
+    sbx_lease_unreserve(d->leases, op->proto.tenant);
+    sbx_pool_mgr_destroy(d->pm, s);
+    reply_error(op->req, 500, "provisioning failed");
+    return;
+  }
+  persist_put(d, l);
+  usage_event(d, "claim", l, l->key.tmpl);
+  double secs = (double)(sbx_now_ns() - op->started_ns) / 1e9;
+  d->m.claim_seconds += secs;
+  if (strcmp(tier, "warm") == 0) d->m.claims_warm++;
+  else if (strcmp(tier, "clone") == 0) d->m.claims_clone++;
+  else d->m.claims_cold++;
+  char dl[64];
+  fmt_time(l->deadline, 0, false, dl, sizeof dl);
+  sbx_debug("claim %s tier %s vm %s in %.3f ms", l->id, tier, l->vm, secs * 1e3);
+  reply_json(op->req, 200,
+             json_pack("{s:s,s:s,s:s,s:s}", "id", l->id, "token", l->token, "deadline", dl, "owner_addr",
+                       d->owner_addr));
+}
+
+static void claim_free(struct claim_op *op) {
+  sbx_free(op->claim_ref);
+  sbx_free(op);
+}
+
+static void claim_provisioned(void *arg, void *inst, const sbx_error *err) {
+  struct claim_op *op = arg;
+  struct sbxd *d = op->d;
+  if (!inst || op->client_gone || d->stopping) {
+    sbx_lease_unreserve(d->leases, op->proto.tenant);
+    if (inst) sbx_pool_mgr_destroy(d->pm, inst);
+    else sbx_warn("claim %s|%s|%s: provisioning failed: %s", op->proto.key.tmpl, op->proto.key.net,
+                  op->proto.key.size, err->msg);
+    reply_error(op->req, 500, "provisioning failed");
+  } else {
+    claim_commit(op, inst, op->pooled ? "clone" : "cold");
+  }
+  claim_free(op);
+}
+
+static int body_str(struct http_req *req, json_t *body, const char *field, const char **out) {
+  json_t *v = json_object_get(body, field);
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_string(v)) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "invalid %s: must be a string", field);
+    reply_error(req, 400, msg);
+    return -1;
+  }
+  *out = json_string_value(v);
+  return 0;
+}
+
+static int body_bool(struct http_req *req, json_t *body, const char *field, bool *out) {
+  json_t *v = json_object_get(body, field);
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_boolean(v)) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "invalid %s: must be true or false", field);
+    reply_error(req, 400, msg);
+    return -1;
+  }
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* ttl_seconds per §1.9: absent/0 = 300, > 86400 clamped, negative 400. */
+static int body_ttl(struct http_req *req, json_t *body, int *out) {
+  json_t *v = json_object_get(body, "ttl_seconds");
+  *out = TTL_DEFAULT;
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_integer(v)) {
+    reply_error(req, 400, "invalid ttl_seconds: must be an integer");
+    return -1;
+  }
+  json_int_t t = json_integer_value(v);
+  if (t < 0) {
+    reply_error(req, 400, "invalid ttl_seconds: must not be negative");
+    return -1;
+  }
+  *out = t == 0 ? TTL_DEFAULT : t > TTL_MAX ? TTL_MAX : (int)t;
+  return 0;
+}
+
+void h_claim(struct sbxd *d, struct http_req *req) {
+  struct caller who;
+  if (auth_node(d, req, false, &who) < 0) return;
+  json_t *body = decode_body(req, false);
+  if (!body) return;
+  const char *tmpl = NULL, *net = "none", *size = "small", *ref = NULL;
+  bool no_redirect = false, require_promoted = false, attach_only = false;
+  int ttl;
+  if (body_str(req, body, "template", &tmpl) < 0 || body_str(req, body, "net", &net) < 0 ||
+      body_str(req, body, "size", &size) < 0 || body_str(req, body, "claim_ref", &ref) < 0 ||
+      body_bool(req, body, "no_redirect", &no_redirect) < 0 ||
+      body_bool(req, body, "require_promoted", &require_promoted) < 0 ||
+      body_bool(req, body, "volumes_attach_only", &attach_only) < 0 || body_ttl(req, body, &ttl) < 0)
+    goto out;
+  if (!tmpl || !valid_name(tmpl)) {
+    reply_error(req, 400, "invalid template name");
+    goto out;
+  }
+  if (!valid_net(net)) {
+    reply_error(req, 400, "invalid net");
+    goto out;
+  }
+  if (!valid_size(size)) {
+    reply_error(req, 400, "invalid size");
+    goto out;
+  }
+  if (ref) {
+    size_t rl = strlen(ref);
+    bool ctl = false;
+    for (size_t i = 0; i < rl; i++) ctl |= (unsigned char)ref[i] < 0x20 || ref[i] == 0x7f;
+    if (rl > 256 || ctl || rl != json_string_length(json_object_get(body, "claim_ref"))) {
+      reply_error(req, 400, "invalid claim_ref: at most 256 bytes, no control characters");
+      goto out;
+    }
+  }
+  json_t *vols = json_object_get(body, "volumes");
+  if (vols && !json_is_null(vols)) {
+    if (!json_is_array(vols)) {
+      reply_error(req, 400, "invalid volumes: must be an array");
+      goto out;
+    }
+    if (json_array_size(vols) > 8) {
+      reply_error(req, 400, "invalid volumes: at most 8");
+      goto out;
+    }
+    if (json_array_size(vols) > 0) {
+      /* No catalog on this node yet: every name is unknown, and unknown
+       * and forbidden must look the same (§1.10). */
+      reply_error(req, 400, "invalid volume: unknown volume");
+      goto out;
+    }
+  }
+  if (strcmp(net, "egress") == 0) {
+    reply_error(req, 409, "no egress attachment");
+    goto out;
+  }
+  if (require_promoted) {
+    reply_error(req, 404, "unknown template");
+    goto out;
+  }
+  if (sbx_pool_mgr_draining(d->pm)) {
+    reply_error(req, 429, "node draining");
+    goto out;
+  }
+  const char *tenant = who.tenant ? who.tenant->name : "";
+  sbx_error err;
+  if (sbx_lease_reserve(d->leases, tenant, d->cfg->max_claims, who.tenant ? who.tenant->max_claims : 0, &err) < 0) {
+    reply_error(req, 429, err.msg);
+    goto out;
+  }
+  struct claim_op *op = sbx_calloc(1, sizeof *op);
+  op->d = d;
+  op->req = req;
+  op->started_ns = sbx_now_ns();
+  snprintf(op->proto.key.tmpl, sizeof op->proto.key.tmpl, "%s", tmpl);
+  snprintf(op->proto.key.net, sizeof op->proto.key.net, "%s", net);
+  snprintf(op->proto.key.size, sizeof op->proto.key.size, "%s", size);
+  snprintf(op->proto.tenant, sizeof op->proto.tenant, "%s", tenant);
+  op->proto.ttl = ttl;
+  op->claim_ref = ref && ref[0] ? sbx_strdup(ref) : NULL;
+  void *inst;
+  if (sbx_pool_mgr_take(d->pm, &op->proto.key, &inst) == 0) {
+    arm_kick(d);
+    claim_commit(op, inst, "warm");
+    claim_free(op);
+    goto out;
+  }
+  op->pooled = sbx_pool_mgr_pooled(d->pm, &op->proto.key) && provider_has_golden(d->prov, &op->proto.key);
+  req->on_close = claim_client_gone;
+  req->on_close_arg = op;
+  sbx_pool_mgr_provision(d->pm, &op->proto.key, op->pooled ? PROBE_CLONE_MS : PROBE_COLD_MS, claim_provisioned, op);
+out:
+  json_decref(body);
+}
+
+/* ---- release, renew, reap ---- */
+
+void lease_end(struct sbxd *d, sbx_lease *l, const char *ev) {
+  sbx_error err;
+  if (journal_del(d, l->id, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
+  relays_close_for(d, l->id);
+  usage_event(d, ev, l, NULL);
+  if (l->inst) {
+    if (d->cfg->release_delay_seconds > 0) {
+      struct delayed_destroy *dd = sbx_calloc(1, sizeof *dd);
+      dd->inst = l->inst;
+      dd->due = now_unix() + d->cfg->release_delay_seconds;
+      dd->next = d->delayed;
+      d->delayed = dd;
+    } else {
+      sbx_pool_mgr_destroy(d->pm, l->inst);
+    }
+  }
+  sbx_lease_remove(d->leases, l);
+}
+
+void h_release(struct sbxd *d, struct http_req *req, const char *id) {
+  sbx_lease *l = auth_sbx(d, req, id, true, "unknown sandbox");
+  if (!l) return;
+  lease_end(d, l, "release");
+  d->m.releases++;
+  http_reply(req, 204, NULL, NULL, 0, NULL);
+}
+
+void h_renew(struct sbxd *d, struct http_req *req, const char *id) {
+  sbx_lease *l = auth_sbx(d, req, id, true, "unknown sandbox");
+  if (!l) return;
+  json_t *body = decode_body(req, false);
+  if (!body) return;
+  int ttl;
+  if (body_ttl(req, body, &ttl) == 0) {
+    l->ttl = ttl;
+    l->deadline = now_unix() + ttl;
+    persist_put(d, l);
+    char dl[64];
+    fmt_time(l->deadline, 0, false, dl, sizeof dl);
+    reply_json(req, 200, json_pack("{s:s}", "deadline", dl));
+  }
+  json_decref(body);
+}
+
+void reap_tick(struct sbxd *d) {
+  int64_t now = now_unix();
+  for (size_t i = 0; i < sbx_lease_count(d->leases);) {
+    sbx_lease *l = sbx_lease_at(d->leases, i);
+    if (l->deadline <= now) {
+      sbx_info("reap %s (lease expired)", l->id);
+      lease_end(d, l, "reap");
+      d->m.reaps++;
+      continue; /* removal moved another lease into slot i */
+    }
+    i++;
+  }
+  for (struct delayed_destroy **pp = &d->delayed; *pp;) {
+    struct delayed_destroy *dd = *pp;
+    if (dd->due <= now) {
+      *pp = dd->next;
+      sbx_pool_mgr_destroy(d->pm, dd->inst);
+      sbx_free(dd);
+    } else {
+      pp = &dd->next;
+    }
+  }
+}
+
+/* ---- the index ---- */
+
+static json_t *row(const sbx_lease *l, bool with_token) {
+  char dl[64], ca[64];
+  fmt_time(l->deadline, 0, false, dl, sizeof dl);
+  fmt_time(l->claimed_at, 0, false, ca, sizeof ca);
+  json_t *o = json_pack("{s:s,s:o,s:s,s:s,s:b}", "id", l->id, "key", key_json(&l->key), "deadline", dl,
+                        "claimed_at", ca, "hibernated", 0);
+  if (l->claim_ref) json_object_set_new(o, "claim_ref", json_string(l->claim_ref));
+  if (with_token) json_object_set_new(o, "token", json_string(l->token));
+  return o;
+}
+
+void h_list(struct sbxd *d, struct http_req *req) {
+  struct caller who;
+  if (auth_node(d, req, false, &who) < 0) return;
+  char refbuf[1024];
+  const char *ref = http_query(req, "claim_ref", refbuf, sizeof refbuf);
+  json_t *arr = json_array();
+  sbx_lease *l;
+  for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) {
+    if (who.tenant && strcmp(l->tenant, who.tenant->name) != 0) continue;
+    if (ref && (!l->claim_ref || strcmp(l->claim_ref, ref) != 0)) continue;
+    json_array_append_new(arr, row(l, false));
+  }
+  reply_json(req, 200, json_pack("{s:o}", "sandboxes", arr));
+}
+
+void h_get(struct sbxd *d, struct http_req *req, const char *id) {
+  struct caller who;
+  if (auth_node(d, req, true, &who) < 0) return;
+  sbx_lease *l = valid_sandbox_id(id) ? sbx_lease_find(d->leases, id) : NULL;
+  if (!l) {
+    reply_error(req, 404, "unknown sandbox");
+    return;
+  }
+  reply_json(req, 200, row(l, who.presented));
+}
+
+void h_stats(struct sbxd *d, struct http_req *req, const char *id) {
+  struct caller who;
+  if (auth_node(d, req, true, &who) < 0) return;
+  sbx_lease *l = valid_sandbox_id(id) ? sbx_lease_find(d->leases, id) : NULL;
+  if (!l) {
+    reply_error(req, 404, "unknown sandbox");
+    return;
+  }
+  static const struct {
+    const char *name;
+    int cpus;
+    json_int_t mem;
+  } tiers[] = {{"small", 1, 512ll << 20}, {"medium", 2, 1ll << 30}, {"large", 4, 4ll << 30},
+               {"xlarge", 4, 8ll << 30},  {"2xlarge", 8, 16ll << 30}};
+  int cpus = 1;
+  json_int_t mem = 512ll << 20;
+  for (size_t i = 0; i < sizeof tiers / sizeof *tiers; i++)
+    if (strcmp(tiers[i].name, l->key.size) == 0) {
+      cpus = tiers[i].cpus;
+      mem = tiers[i].mem;
+    }
+  struct inst_stats st = {0};
+  sbx_error err;
+  if (l->inst && inst_stats(l->inst, &st, &err) < 0) st.measured = false;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  char at[64];
+  fmt_time(ts.tv_sec, 0, false, at, sizeof at);
+  reply_json(req, 200,
+             json_pack("{s:s,s:i,s:I,s:I,s:b,s:b,s:s}", "id", l->id, "cpu_count", cpus, "mem_total_bytes", mem,
+                       "mem_used_bytes", (json_int_t)st.mem_used, "mem_used_measured", st.measured, "hibernated", 0,
+                       "measured_at", at));
+}
+
+void h_owner(struct sbxd *d, struct http_req *req, const char *id) {
+  sbx_lease *l = auth_sbx(d, req, id, false, "not owned here");
+  if (!l) return;
+  reply_json(req, 200, json_pack("{s:s}", "owner_addr", d->owner_addr));
+}

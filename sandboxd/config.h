@@ -1,0 +1,73 @@
+/* config.h - sandboxd's configuration file (spec sandboxd-http.md §7). */
+#ifndef SANDBOXD_CONFIG_H
+#define SANDBOXD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include <sandbox/pool.h>
+
+#define CONFIG_FILE_MAX (4 * 1024 * 1024)
+
+struct tenant {
+  char *name;
+  char *token;
+  int max_claims;
+};
+
+struct pool_cfg {
+  sbx_pool_conf pc;
+  int idle_hibernate_seconds;
+  int archive_after_seconds;
+  int archive_delete_after_seconds;
+  char **warmup; /* NULL-terminated argv, or NULL; config-owned */
+};
+
+struct config {
+  char *listen_host; /* "" = every address */
+  int listen_port;
+  char *data_dir;
+  char *driver; /* jail | qemu | auto (| fake for tests) */
+  char *templates_dir;
+  char *advertise_addr;
+  char *client_advertise;
+  char *api_token; /* NULL = open mode */
+  struct tenant *tenants;
+  size_t ntenants;
+  int max_claims;
+  int max_fork_count;
+  int refill_concurrency;
+  int release_delay_seconds;
+  bool sync_claims;
+  bool audit_log;
+  char *jail_scratch_dir;
+  char *jail_cgroup_root;
+  char *jail_seccomp;
+  bool jail_user_namespace;
+  struct pool_cfg *pools;
+  size_t npools;
+};
+
+/* The embedded default (issue 5): 127.0.0.1:7777, data_dir for the user,
+ * driver auto, one pool {host, none, small, warm 2}. */
+int config_default(struct config **out, char *errbuf, size_t errlen);
+int config_load_file(const char *path, struct config **out, char *errbuf, size_t errlen);
+int config_parse(const char *text, size_t len, struct config **out, char *errbuf, size_t errlen);
+void config_free(struct config *c);
+
+/* Pools as in PUT /v1/pools and pools.json (strict decoding is the
+ * caller's; this checks fields and values). Config-owned warmup is merged
+ * from base by key. Returns 0, or -1 with a message and *status (400/409). */
+int config_parse_pools(const json_t *arr, bool from_api, const struct config *base, struct pool_cfg **out,
+                       size_t *n, char *errbuf, size_t errlen);
+void config_free_pools(struct pool_cfg *p, size_t n);
+json_t *config_pools_json(const struct pool_cfg *p, size_t n);
+
+/* Grammar checks shared with the handlers. */
+bool valid_name(const char *s); /* template / tenant / checkpoint names */
+bool valid_size(const char *s);
+bool valid_net(const char *s);
+
+#endif

@@ -1,0 +1,80 @@
+/* http.h - the small HTTP/1.1 server of sandboxd.
+ *
+ * Written on bufferevents rather than evhttp because sandboxd needs three
+ * things evhttp makes awkward: a timeout that covers only the request head
+ * (spec §3.1), taking a connection over for an upgrade with the exact 101
+ * bytes and the pipelined bytes after the head (§4.21), and answers that
+ * arrive later from a worker (claims, exec). */
+#ifndef SANDBOXD_HTTP_H
+#define SANDBOXD_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#define HTTP_HEAD_MAX (64 * 1024)
+#define HTTP_BODY_MAX (1024 * 1024)
+#define HTTP_MAX_HEADERS 100
+
+struct http_server;
+struct http_conn;
+
+struct http_header {
+  char *name;
+  char *value;
+};
+
+typedef void (*http_close_fn)(void *arg);
+
+struct http_req {
+  struct http_conn *conn;
+  char method[16];
+  char *path;  /* without the query */
+  char *query; /* after '?', or NULL */
+  struct http_header headers[HTTP_MAX_HEADERS];
+  size_t nheaders;
+  char *body;
+  size_t body_len;
+  bool keep_alive;
+  bool replied;
+  /* Called once if the client goes away before the answer (exec kills). */
+  http_close_fn on_close;
+  void *on_close_arg;
+};
+
+typedef void (*http_handler_fn)(struct http_req *req, void *arg);
+
+struct http_server *http_server_new(struct event_base *base, http_handler_fn fn, void *arg);
+/* Binds host:port (port 0 = any); returns the bound port or < 0. */
+int http_server_listen(struct http_server *s, const char *host, int port, char *errbuf, size_t errlen);
+/* Stop accepting; open connections are closed, pending requests answered
+ * by nobody (their handlers are told through on_close). */
+void http_server_free(struct http_server *s);
+size_t http_server_conns(const struct http_server *s);
+
+const char *http_header(const struct http_req *req, const char *name);
+/* Query parameter value (percent-decoded into buf), or NULL. */
+const char *http_query(const struct http_req *req, const char *name, char *buf, size_t buflen);
+
+/* Answer; safe to call after the client left (the answer is dropped).
+ * extra_headers: "Name: value\r\n..." or NULL. */
+void http_reply(struct http_req *req, int status, const char *ctype, const char *body, size_t len,
+                const char *extra_headers);
+
+/* Take the connection over: write head verbatim, stop all HTTP processing
+ * and timeouts, and return the bufferevent (its input holds the bytes the
+ * client pipelined after the request head; *eof says the client already
+ * half-closed). The request is freed. NULL if the client is gone. */
+struct bufferevent *http_upgrade(struct http_req *req, const char *head, size_t len, bool *eof);
+
+/* Bytes the client sent after the request head, read so far. */
+size_t http_pending_len(const struct http_req *req);
+/* Like http_upgrade, but hand over a plain fd (O_CLOEXEC, the caller's to
+ * close) and move the pipelined bytes into pipelined; nothing is written.
+ * -1 if the client is gone. */
+int http_detach(struct http_req *req, struct evbuffer *pipelined, bool *eof);
+
+#endif

@@ -1,0 +1,441 @@
+/* provider.c - driver adapter (and the test-only fake backend). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <sandbox/core.h>
+
+#include "provider.h"
+#include "sandboxd.h"
+
+#ifdef SBX_HAVE_DRIVER
+#include <sandbox/driver.h>
+#endif
+
+struct golden_ent {
+  char hash[33];
+#ifdef SBX_HAVE_DRIVER
+  sbx_template *t;
+  sbx_golden *g;
+#endif
+  bool cold; /* built for an unpooled key on a claim */
+};
+
+struct provider {
+  bool fake;
+  char fake_dir[PATH_MAX];
+  pthread_mutex_t mu;
+  /* One golden build at a time: builds of one key must not race (the
+   * driver's template_prepare shares a temporary name per process), and
+   * a claim that arrives during the pool's build should wait for it. */
+  pthread_mutex_t build_mu;
+  struct golden_ent *goldens;
+  size_t ngoldens;
+#ifdef SBX_HAVE_DRIVER
+  sbx_driver *drv;
+  char goldens_dir[PATH_MAX], run_dir[PATH_MAX], silkd[PATH_MAX];
+#endif
+};
+
+struct inst {
+  char name[SBX_POOL_NAME_MAX];
+#ifdef SBX_HAVE_DRIVER
+  sbx_instance *di;
+#endif
+};
+
+const char *inst_name(const struct inst *s) { return s->name; }
+
+static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *err) {
+  char hash[33], rnd[13];
+  key_hash(key, hash);
+  int rc = sbx_random_hex(rnd, 6, err);
+  if (rc < 0) return rc;
+  snprintf(out, len, "sbx-%s-%s", hash, rnd);
+  return 0;
+}
+
+static int mkdir_p(const char *path, sbx_error *err) {
+  char buf[PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", buf);
+    *p = '/';
+  }
+  if (mkdir(buf, 0755) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", buf);
+  return 0;
+}
+
+/* ---- fake ---- */
+
+static int fake_provision(struct provider *p, const sbx_pool_key *key, struct inst **out, sbx_error *err) {
+  struct inst *s = sbx_calloc(1, sizeof *s);
+  int rc = make_name(key, s->name, sizeof s->name, err);
+  if (rc < 0) {
+    sbx_free(s);
+    return rc;
+  }
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", p->fake_dir, s->name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = sbx_err_os(err, errno, "fake: create %s", path);
+    sbx_free(s);
+    return rc;
+  }
+  close(fd);
+  *out = s;
+  return 0;
+}
+
+/* ---- shared ---- */
+
+int provider_open(const struct config *cfg, struct provider **out, sbx_error *err) {
+  struct provider *p = sbx_calloc(1, sizeof *p);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_mutex_init(&p->build_mu, NULL);
+  int rc;
+  if (strcmp(cfg->driver, "fake") == 0) {
+    p->fake = true;
+    snprintf(p->fake_dir, sizeof p->fake_dir, "%s/fake", cfg->data_dir);
+    rc = mkdir_p(p->fake_dir, err);
+    if (rc < 0) goto fail;
+    *out = p;
+    return 0;
+  }
+#ifdef SBX_HAVE_DRIVER
+  snprintf(p->goldens_dir, sizeof p->goldens_dir, "%s/goldens", cfg->data_dir);
+  snprintf(p->run_dir, sizeof p->run_dir, "%s/run", cfg->data_dir);
+  if ((rc = mkdir_p(p->goldens_dir, err)) < 0 || (rc = mkdir_p(p->run_dir, err)) < 0) goto fail;
+  const char *silkd = getenv("SANDBOXD_SILKD");
+  if (silkd) {
+    snprintf(p->silkd, sizeof p->silkd, "%s", silkd);
+  } else {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n < 0) n = 0;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    snprintf(p->silkd, sizeof p->silkd, "%s/silkd", exe);
+  }
+  sbx_driver_config dc = {.templates_dir = cfg->templates_dir,
+                          .goldens_dir = p->goldens_dir,
+                          .run_dir = p->run_dir,
+                          .silkd_path = p->silkd,
+                          .cgroup_name = cfg->jail_cgroup_root};
+  rc = sbx_driver_open(cfg->driver, &dc, &p->drv, err);
+  if (rc < 0) goto fail;
+  *out = p;
+  return 0;
+#else
+  rc = sbx_err(err, SBX_E_UNSUPPORTED, "driver %s: this build has no drivers yet (libsandbox/driver is not built in)",
+               cfg->driver);
+#endif
+fail:
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->build_mu);
+  sbx_free(p);
+  return rc;
+}
+
+void provider_close(struct provider *p) {
+  if (!p) return;
+#ifdef SBX_HAVE_DRIVER
+  for (size_t i = 0; i < p->ngoldens; i++) {
+    if (p->goldens[i].g) sbx_golden_release(p->drv, p->goldens[i].g);
+    if (p->goldens[i].t) sbx_template_release(p->drv, p->goldens[i].t);
+  }
+  if (p->drv) sbx_driver_close(p->drv);
+#endif
+  sbx_free(p->goldens);
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->build_mu);
+  sbx_free(p);
+}
+
+const char *provider_name(const struct provider *p) {
+  if (p->fake) return "fake";
+#ifdef SBX_HAVE_DRIVER
+  return sbx_driver_name(p->drv);
+#else
+  return "none";
+#endif
+}
+
+static struct golden_ent *golden_find(struct provider *p, const char *hash) {
+  for (size_t i = 0; i < p->ngoldens; i++)
+    if (strcmp(p->goldens[i].hash, hash) == 0) return &p->goldens[i];
+  return NULL;
+}
+
+bool provider_has_golden(struct provider *p, const sbx_pool_key *key) {
+  char hash[33];
+  key_hash(key, hash);
+  pthread_mutex_lock(&p->mu);
+  struct golden_ent *g = golden_find(p, hash);
+  bool r = g && !g->cold;
+  pthread_mutex_unlock(&p->mu);
+  return r || p->fake;
+}
+
+/* Build (once) what clones of key start from. cold marks a build made for
+ * an unpooled key on a claim. */
+static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, sbx_error *err) {
+  char hash[33];
+  key_hash(key, hash);
+  pthread_mutex_lock(&p->mu);
+  struct golden_ent *have = golden_find(p, hash);
+  if (have && !cold) have->cold = false;
+  pthread_mutex_unlock(&p->mu);
+  if (have || p->fake) {
+    if (p->fake && !have) {
+      pthread_mutex_lock(&p->mu);
+      if (!golden_find(p, hash)) {
+        p->goldens = sbx_reallocarray(p->goldens, p->ngoldens + 1, sizeof *p->goldens);
+        struct golden_ent *e = &p->goldens[p->ngoldens++];
+        memset(e, 0, sizeof *e);
+        memcpy(e->hash, hash, sizeof e->hash);
+        e->cold = cold;
+      }
+      pthread_mutex_unlock(&p->mu);
+    }
+    return 0;
+  }
+#ifdef SBX_HAVE_DRIVER
+  pthread_mutex_lock(&p->build_mu);
+  pthread_mutex_lock(&p->mu);
+  have = golden_find(p, hash);
+  pthread_mutex_unlock(&p->mu);
+  if (have) {
+    /* Built while we waited. */
+    pthread_mutex_unlock(&p->build_mu);
+    return 0;
+  }
+  sbx_template *t = NULL;
+  sbx_golden *g = NULL;
+  sbx_template_spec ts = {.name = key->tmpl};
+  int rc = sbx_template_prepare(p->drv, &ts, &t, err);
+  if (rc < 0) {
+    pthread_mutex_unlock(&p->build_mu);
+    return rc;
+  }
+  sbx_golden_spec gs = {.key = hash, .size = sbx_size_tier_get(key->size)};
+  rc = sbx_golden_build(p->drv, t, &gs, &g, err);
+  if (rc < 0) {
+    sbx_template_release(p->drv, t);
+    pthread_mutex_unlock(&p->build_mu);
+    return rc;
+  }
+  pthread_mutex_lock(&p->mu);
+  p->goldens = sbx_reallocarray(p->goldens, p->ngoldens + 1, sizeof *p->goldens);
+  struct golden_ent *e = &p->goldens[p->ngoldens++];
+  memset(e, 0, sizeof *e);
+  memcpy(e->hash, hash, sizeof e->hash);
+  e->t = t;
+  e->g = g;
+  e->cold = cold;
+  pthread_mutex_unlock(&p->mu);
+  pthread_mutex_unlock(&p->build_mu);
+  return 0;
+#else
+  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
+#endif
+}
+
+static void worker_nice(void);
+
+static int op_prepare(void *ud, const sbx_pool_key *key, sbx_error *err) {
+  worker_nice();
+  return prepare_key(ud, key, false, err);
+}
+
+/* Provisioning competes for the CPUs with the event loop that answers
+ * claims and relays; on a small node an untamed clone storm shows up as
+ * claim latency. Workers therefore run niced (per thread on Linux), and
+ * each new sandbox's pid 1 is put back to normal priority. */
+#define WORKER_NICE 10
+
+static void worker_nice(void) { setpriority(PRIO_PROCESS, 0, WORKER_NICE); }
+
+static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **out, sbx_error *err) {
+  struct provider *p = ud;
+  worker_nice();
+  int rc = prepare_key(p, key, true, err);
+  if (rc < 0) return rc;
+  if (p->fake) return fake_provision(p, key, (struct inst **)out, err);
+#ifdef SBX_HAVE_DRIVER
+  struct inst *s = sbx_calloc(1, sizeof *s);
+  rc = make_name(key, s->name, sizeof s->name, err);
+  if (rc < 0) {
+    sbx_free(s);
+    return rc;
+  }
+  char hash[33];
+  key_hash(key, hash);
+  pthread_mutex_lock(&p->mu);
+  sbx_golden *g = golden_find(p, hash)->g;
+  pthread_mutex_unlock(&p->mu);
+  sbx_clone_spec cs;
+  sbx_clone_spec_init(&cs);
+  cs.id = s->name;
+  cs.size = sbx_size_tier_get(key->size);
+  cs.net = SBX_NET_NONE;
+  cs.ready_timeout_ms = probe_ms;
+  rc = sbx_sandbox_clone(p->drv, g, &cs, &s->di, err);
+  if (rc < 0) {
+    sbx_free(s);
+    return rc;
+  }
+  pid_t init = sbx_instance_pid(s->di);
+  if (init > 0) setpriority(PRIO_PROCESS, (id_t)init, 0);
+  *out = s;
+  return 0;
+#else
+  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
+#endif
+}
+
+static void op_destroy(void *ud, void *inst) {
+  struct provider *p = ud;
+  struct inst *s = inst;
+  worker_nice();
+  if (p->fake) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", p->fake_dir, s->name);
+    unlink(path);
+  }
+#ifdef SBX_HAVE_DRIVER
+  else if (s->di) {
+    sbx_error err;
+    if (sbx_sandbox_destroy(s->di, &err) < 0) sbx_warn("destroy %s: %s", s->name, err.msg);
+  }
+#endif
+  sbx_free(s);
+}
+
+/* driver.h has no way yet to let go of an instance handle without
+ * destroying the sandbox. Until it has, handles of sandboxes left running
+ * at shutdown stay owned here, reachable until the process exits. */
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct inst **kept;
+static size_t nkept;
+
+void inst_forget(struct inst *s) {
+#ifdef SBX_HAVE_DRIVER
+  if (s->di) {
+    pthread_mutex_lock(&kept_mu);
+    kept = sbx_reallocarray(kept, nkept + 1, sizeof *kept);
+    kept[nkept++] = s;
+    pthread_mutex_unlock(&kept_mu);
+    return;
+  }
+#endif
+  sbx_free(s);
+}
+
+static void op_forget(void *ud, void *inst) { inst_forget(inst); }
+
+sbx_pool_provider provider_pool_ops(struct provider *p) {
+  return (sbx_pool_provider){
+      .prepare = op_prepare, .provision = op_provision, .destroy = op_destroy, .forget = op_forget, .ud = p};
+}
+
+/* The fake backend's instances share one stand-in agent when a test runs
+ * one on the Unix socket named by SANDBOXD_FAKE_AGENT. */
+static int fake_connect(struct inst *s, int *fd, sbx_error *err) {
+  const char *path = getenv("SANDBOXD_FAKE_AGENT");
+  if (!path) return sbx_err(err, SBX_E_UNSUPPORTED, "%s has no agent channel (fake driver)", s->name);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof sa.sun_path) return sbx_err(err, SBX_E_INVAL, "SANDBOXD_FAKE_AGENT: path too long");
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  int f = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (f < 0) return sbx_err_os(err, errno, "socket");
+  if (connect(f, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    int e = errno;
+    close(f);
+    return sbx_err_os(err, e, "connect %s", path);
+  }
+  *fd = f;
+  return 0;
+}
+
+int inst_connect(struct inst *s, int *fd, sbx_error *err) {
+#ifdef SBX_HAVE_DRIVER
+  if (s->di) return sbx_sandbox_connect(s->di, fd, err);
+#endif
+  return fake_connect(s, fd, err);
+}
+
+int inst_stats(struct inst *s, struct inst_stats *out, sbx_error *err) {
+  memset(out, 0, sizeof *out);
+#ifdef SBX_HAVE_DRIVER
+  if (s->di) {
+    sbx_stats st;
+    int rc = sbx_sandbox_stats(s->di, &st, err);
+    if (rc < 0) return rc;
+    out->mem_used = st.mem_bytes;
+    out->measured = true;
+  }
+#endif
+  return 0;
+}
+
+#ifdef SBX_HAVE_DRIVER
+struct rec_ctx {
+  provider_keep_fn keep;
+  provider_adopt_fn adopted;
+  void *ud;
+};
+
+static bool rec_cb(void *ud, const sbx_found *found, sbx_instance *adopted) {
+  struct rec_ctx *c = ud;
+  if (!found->alive || !c->keep(c->ud, found->id)) return false;
+  struct inst *s = sbx_calloc(1, sizeof *s);
+  snprintf(s->name, sizeof s->name, "%s", found->id);
+  s->di = adopted;
+  c->adopted(c->ud, s->name, s);
+  return true;
+}
+#endif
+
+int provider_reconcile(struct provider *p, provider_keep_fn keep, provider_adopt_fn adopted, void *ud,
+                       sbx_error *err) {
+  if (p->fake) {
+    DIR *dir = opendir(p->fake_dir);
+    if (!dir) return sbx_err_os(err, errno, "opendir %s", p->fake_dir);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(dir))) {
+      if (de->d_name[0] == '.') continue;
+      if (keep(ud, de->d_name)) {
+        struct inst *s = sbx_calloc(1, sizeof *s);
+        snprintf(s->name, sizeof s->name, "%s", de->d_name);
+        adopted(ud, s->name, s);
+        n++;
+      } else {
+        unlinkat(dirfd(dir), de->d_name, 0);
+      }
+    }
+    closedir(dir);
+    return n;
+  }
+#ifdef SBX_HAVE_DRIVER
+  struct rec_ctx c = {keep, adopted, ud};
+  return sbx_driver_reconcile(p->drv, rec_cb, &c, err);
+#else
+  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
+#endif
+}

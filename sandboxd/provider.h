@@ -1,0 +1,47 @@
+/* provider.h - what the pool manager and the handlers need from a driver.
+ *
+ * Adapts libsandbox's driver table (include/sandbox/driver.h) to the pool
+ * manager's provider callbacks, and adds the one test-only backend "fake":
+ * instances that are marker files with no agent, so the daemon's
+ * accounting, auth and recovery can be exercised where no driver runs. */
+#ifndef SANDBOXD_PROVIDER_H
+#define SANDBOXD_PROVIDER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <sandbox/pool.h>
+
+#include "config.h"
+
+struct provider;
+struct inst;
+
+struct inst_stats {
+  uint64_t mem_used;
+  bool measured;
+};
+
+int provider_open(const struct config *cfg, struct provider **out, sbx_error *err);
+void provider_close(struct provider *p);
+const char *provider_name(const struct provider *p);
+sbx_pool_provider provider_pool_ops(struct provider *p);
+/* Whether a clone of this key would come from a built golden (tier clone)
+ * rather than a cold boot. Safe from the loop thread. */
+bool provider_has_golden(struct provider *p, const sbx_pool_key *key);
+
+const char *inst_name(const struct inst *s);
+/* A connected, blocking-free stream to the instance's silkd. */
+int inst_connect(struct inst *s, int *fd, sbx_error *err);
+/* Drop our handle, leaving the sandbox running (shutdown). */
+void inst_forget(struct inst *s);
+int inst_stats(struct inst *s, struct inst_stats *out, sbx_error *err);
+
+/* After a restart: for each instance found, keep(ud, name) says whether to
+ * adopt it; adopted instances are passed to adopted(); the rest destroyed. */
+typedef bool (*provider_keep_fn)(void *ud, const char *name);
+typedef void (*provider_adopt_fn)(void *ud, const char *name, struct inst *s);
+int provider_reconcile(struct provider *p, provider_keep_fn keep, provider_adopt_fn adopted, void *ud,
+                       sbx_error *err);
+
+#endif

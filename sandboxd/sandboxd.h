@@ -1,0 +1,137 @@
+/* sandboxd.h - the daemon's shared state and the helpers its parts share. */
+#ifndef SANDBOXD_SANDBOXD_H
+#define SANDBOXD_SANDBOXD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include <sandbox/core.h>
+#include <sandbox/pool.h>
+
+#include "config.h"
+#include "http.h"
+#include "provider.h"
+
+#define TTL_DEFAULT 300
+#define TTL_MAX 86400
+#define EXEC_OUTPUT_MAX (8 * 1024 * 1024)
+
+struct metrics {
+  uint64_t claims_warm, claims_clone, claims_cold;
+  double claim_seconds;
+  uint64_t releases, reaps;
+};
+
+struct relay;
+struct exec_op;
+
+struct delayed_destroy {
+  struct delayed_destroy *next;
+  struct inst *inst;
+  int64_t due; /* unix seconds */
+};
+
+struct sbxd {
+  struct event_base *base;
+  const char *config_path; /* NULL = embedded default */
+  struct config *cfg;
+  struct provider *prov;
+  sbx_pool_mgr *pm;
+  sbx_lease_table *leases;
+  struct http_server *http;
+  struct pool_cfg *pools; /* the effective set: pools.json, else the config's */
+  size_t npools;
+  bool pools_from_file;
+  int data_fd; /* data_dir, O_DIRECTORY */
+  int usage_fd;
+  int log_fd; /* claims.log */
+  unsigned log_records;
+  struct metrics m;
+  struct relay *relays;
+  struct exec_op *execs;
+  struct delayed_destroy *delayed;
+  struct event *ev_pool, *ev_refill, *ev_reap, *ev_hup, *ev_term, *ev_int, *ev_kick;
+  char owner_addr[256];
+  bool stopping;
+};
+
+/* ---- util.c ---- */
+/* First 16 bytes of SHA-256("template|net|size") as 32 hex (spec §1.5). */
+void key_hash(const sbx_pool_key *k, char out[33]);
+int64_t now_unix(void);
+/* RFC 3339 UTC, with nanoseconds when ns is true. */
+void fmt_time(int64_t secs, long nsec, bool ns, char *buf, size_t len);
+bool valid_sandbox_id(const char *s);
+void reply_json(struct http_req *req, int status, json_t *body); /* steals body */
+void reply_error(struct http_req *req, int status, const char *msg);
+/* Decode a request body: an empty body is {}; strict rejects duplicates.
+ * On failure answers 400 and returns NULL. */
+json_t *decode_body(struct http_req *req, bool strict);
+/* Copy valid UTF-8 into a JSON string, bad bytes as U+FFFD. */
+json_t *json_string_lossy(const char *p, size_t n);
+
+/* ---- journal.c ---- */
+int journal_open(struct sbxd *d, sbx_error *err);
+/* Rewrite claims.json from the lease table (temp file, rename) and empty
+ * claims.log. */
+int journal_write_claims(struct sbxd *d, sbx_error *err);
+/* Record one change in claims.log (folded into claims.json now and then). */
+int journal_put(struct sbxd *d, const sbx_lease *l, sbx_error *err);
+int journal_del(struct sbxd *d, const char *id, sbx_error *err);
+/* Journalled claims (snapshot + log) as a JSON array; caller decrefs. */
+json_t *journal_read_claims(struct sbxd *d);
+void usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref);
+int journal_write_pools(struct sbxd *d, const struct pool_cfg *p, size_t n, sbx_error *err);
+/* pools.json if present: 1 and the pools, 0 if absent, -1 on error. */
+int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, char *errbuf, size_t errlen);
+
+/* ---- router.c ---- */
+void router_handle(struct http_req *req, void *arg);
+struct caller {
+  bool root;      /* root, or open mode */
+  bool presented; /* the bearer was the configured api_token */
+  const struct tenant *tenant;
+};
+/* On failure the error is already answered. */
+int auth_node(struct sbxd *d, struct http_req *req, bool root_only, struct caller *out);
+sbx_lease *auth_sbx(struct sbxd *d, struct http_req *req, const char *id, bool allow_root, const char *notfound);
+bool has_bearer(struct http_req *req);
+
+/* ---- handlers.c ---- */
+void h_claim(struct sbxd *d, struct http_req *req);
+void h_release(struct sbxd *d, struct http_req *req, const char *id);
+void h_renew(struct sbxd *d, struct http_req *req, const char *id);
+void h_list(struct sbxd *d, struct http_req *req);
+void h_get(struct sbxd *d, struct http_req *req, const char *id);
+void h_stats(struct sbxd *d, struct http_req *req, const char *id);
+void h_owner(struct sbxd *d, struct http_req *req, const char *id);
+void h_info(struct sbxd *d, struct http_req *req);
+void h_pools(struct sbxd *d, struct http_req *req);
+void h_drain(struct sbxd *d, struct http_req *req, bool on);
+void h_peers(struct sbxd *d, struct http_req *req);
+void h_volumes(struct sbxd *d, struct http_req *req);
+void h_metrics(struct sbxd *d, struct http_req *req);
+json_t *node_info(struct sbxd *d);
+/* Remove a lease: usage event, relays closed, instance destroyed. */
+void lease_end(struct sbxd *d, sbx_lease *l, const char *ev);
+void reap_tick(struct sbxd *d);
+/* Arm the deferred refill kick the pool manager asked for, if any. */
+void arm_kick(struct sbxd *d);
+int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err); /* takes p */
+int recover(struct sbxd *d, sbx_error *err);
+
+/* ---- exec.c ---- */
+void h_exec(struct sbxd *d, struct http_req *req, const char *id);
+void exec_shutdown(struct sbxd *d);
+
+/* ---- relay.c ---- */
+void h_agent(struct sbxd *d, struct http_req *req, const char *id);
+void h_port(struct sbxd *d, struct http_req *req, const char *id, const char *port);
+void relays_close_for(struct sbxd *d, const char *id);
+void relays_close_all(struct sbxd *d);
+size_t relays_count(struct sbxd *d);
+
+#endif

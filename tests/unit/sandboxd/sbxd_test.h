@@ -1,0 +1,306 @@
+/* sbxd_test.h - start a real build/bin/sandboxd and talk HTTP to it.
+ *
+ * Header-only so each test program stays one file. The daemon gets a temp
+ * data_dir and port 0; its stderr is read until "sandboxd: ready port=N",
+ * then drained into a log file. HTTP is raw sockets with Connection: close
+ * so a test sees exactly the bytes sandboxd sends. */
+#ifndef SBXD_TEST_H
+#define SBXD_TEST_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SBX_BUILD_BIN_DIR
+#define SBX_BUILD_BIN_DIR "build/bin"
+#endif
+
+struct sbxd_proc {
+  pid_t pid;
+  int port;
+  char dir[256];    /* temp dir: config.json, data/, log */
+  char config[300];
+  int err_fd;       /* daemon stderr (drained by sbxd_log) */
+};
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+static inline void sbxd_rmrf(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* (Re)write config.json; "@DATA@" in the text becomes the data dir. */
+static inline void sbxd_write_config(struct sbxd_proc *p, const char *config_text) {
+  char data[300];
+  snprintf(data, sizeof data, "%s/data", p->dir);
+  FILE *f = fopen(p->config, "w");
+  for (const char *c = config_text; *c; c++) {
+    if (strncmp(c, "@DATA@", 6) == 0) {
+      fputs(data, f);
+      c += 5;
+    } else {
+      fputc(*c, f);
+    }
+  }
+  fclose(f);
+}
+
+/* A fresh temp dir holding config.json with the given text. */
+static inline void sbxd_prepare(struct sbxd_proc *p, const char *config_text) {
+  memset(p, 0, sizeof *p);
+  p->pid = -1;
+  p->err_fd = -1;
+  snprintf(p->dir, sizeof p->dir, "/tmp/sbxd-test-XXXXXX");
+  if (!mkdtemp(p->dir)) abort();
+  snprintf(p->config, sizeof p->config, "%s/config.json", p->dir);
+  sbxd_write_config(p, config_text);
+}
+
+/* Run sandboxd with extra args; capture stdout+stderr into out (may be
+ * NULL) and return the exit status. For --version and bad configs. */
+static inline int sbxd_run_once(const char *const *args, char *out, size_t outlen) {
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0) abort();
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pfd[1], 1);
+    dup2(pfd[1], 2);
+    const char *argv[16] = {SBX_BUILD_BIN_DIR "/sandboxd"};
+    size_t n = 1;
+    for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    setenv("SANDBOXD_ALLOW_FAKE_DRIVER", "1", 1);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(pfd[1]);
+  size_t got = 0;
+  char tmp[4096];
+  ssize_t r;
+  while ((r = read(pfd[0], tmp, sizeof tmp)) > 0) {
+    if (out && got + 1 < outlen) {
+      size_t c = (size_t)r < outlen - 1 - got ? (size_t)r : outlen - 1 - got;
+      memcpy(out + got, tmp, c);
+      got += c;
+    }
+  }
+  if (out) out[got] = '\0';
+  close(pfd[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Start the daemon on p->config; returns 0 once it printed its port. */
+static inline int sbxd_start(struct sbxd_proc *p) {
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* A test that dies must not leave its daemon behind. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(pfd[1], 2);
+    int devnull = open("/dev/null", O_RDWR);
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    setenv("SANDBOXD_ALLOW_FAKE_DRIVER", "1", 1);
+    if (!getenv("SANDBOXD_LOG_LEVEL")) setenv("SANDBOXD_LOG_LEVEL", "info", 1);
+    execl(SBX_BUILD_BIN_DIR "/sandboxd", "sandboxd", "--config", p->config, (char *)NULL);
+    _exit(127);
+  }
+  close(pfd[1]);
+  p->pid = pid;
+  p->err_fd = pfd[0];
+  char buf[8192];
+  size_t got = 0;
+  buf[0] = '\0';
+  for (;;) {
+    struct pollfd pf = {pfd[0], POLLIN, 0};
+    if (poll(&pf, 1, 60000) <= 0) break;
+    ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
+    if (r <= 0) break;
+    got += (size_t)r;
+    buf[got] = '\0';
+    char *m = strstr(buf, "sandboxd: ready port=");
+    if (m) {
+      p->port = atoi(m + strlen("sandboxd: ready port="));
+      fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+      return 0;
+    }
+    if (got == sizeof buf - 1) got = 0;
+  }
+  fprintf(stderr, "sandboxd did not start:\n%s\n", buf);
+  char path[320];
+  snprintf(path, sizeof path, "%s/daemon.log", p->dir);
+  FILE *f = fopen(path, "a");
+  if (f) {
+    fputs(buf, f);
+    fclose(f);
+  }
+  return -1;
+}
+
+/* Drain what the daemon logged (so its pipe never fills). */
+static inline void sbxd_drain_log(struct sbxd_proc *p) {
+  char buf[4096], path[320];
+  snprintf(path, sizeof path, "%s/daemon.log", p->dir);
+  ssize_t n;
+  while (p->err_fd >= 0 && (n = read(p->err_fd, buf, sizeof buf)) > 0) {
+    FILE *f = fopen(path, "a");
+    if (f) {
+      fwrite(buf, 1, (size_t)n, f);
+      fclose(f);
+    }
+  }
+}
+
+/* Print what the daemon logged (after a failure). */
+static inline void sbxd_dump_log(struct sbxd_proc *p) {
+  char path[320], line[4096];
+  snprintf(path, sizeof path, "%s/daemon.log", p->dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) fputs(line, stderr);
+  fclose(f);
+}
+
+/* SIGTERM (or SIGKILL) and wait; returns the exit status. */
+static inline int sbxd_stop(struct sbxd_proc *p, int sig) {
+  if (p->pid <= 0) return -1;
+  kill(p->pid, sig);
+  int st = 0;
+  /* Keep draining so a chatty daemon cannot block on a full pipe. */
+  for (;;) {
+    pid_t w = waitpid(p->pid, &st, WNOHANG);
+    if (w == p->pid) break;
+    sbxd_drain_log(p);
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  p->pid = -1;
+  sbxd_drain_log(p);
+  close(p->err_fd);
+  p->err_fd = -1;
+  int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  if (sig == SIGTERM && rc != 0) sbxd_dump_log(p);
+  return rc;
+}
+
+static inline void sbxd_cleanup(struct sbxd_proc *p) {
+  if (p->pid > 0) sbxd_stop(p, SIGKILL);
+  sbxd_rmrf(p->dir);
+}
+
+struct http_resp {
+  int status;
+  char head[8192];
+  char *body; /* malloc'd, NUL-terminated */
+  size_t body_len;
+};
+
+static inline void http_resp_free(struct http_resp *r) {
+  free(r->body);
+  r->body = NULL;
+}
+
+static inline int sbxd_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static inline int write_all_fd(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Read a whole Connection: close response. */
+static inline int http_read_resp(int fd, struct http_resp *r) {
+  size_t cap = 65536, len = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
+    ssize_t n = read(fd, buf + len, cap - len - 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+  }
+  buf[len] = '\0';
+  memset(r, 0, sizeof *r);
+  char *end = strstr(buf, "\r\n\r\n");
+  if (!end || sscanf(buf, "HTTP/1.1 %d", &r->status) != 1) {
+    free(buf);
+    r->status = -1;
+    return -1;
+  }
+  size_t hl = (size_t)(end - buf) + 4;
+  snprintf(r->head, sizeof r->head, "%.*s", (int)hl, buf);
+  r->body_len = len - hl;
+  r->body = malloc(r->body_len + 1);
+  memcpy(r->body, buf + hl, r->body_len);
+  r->body[r->body_len] = '\0';
+  free(buf);
+  return 0;
+}
+
+/* One request. token may be NULL (no Authorization); body may be NULL. */
+static inline int sbxd_http(int port, const char *method, const char *path, const char *token, const char *body,
+                            struct http_resp *r) {
+  int fd = sbxd_connect(port);
+  if (fd < 0) return -1;
+  char head[2048];
+  size_t bl = body ? strlen(body) : 0;
+  int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n", method, path);
+  if (token) n += snprintf(head + n, sizeof head - (size_t)n, "Authorization: Bearer %s\r\n", token);
+  if (body) n += snprintf(head + n, sizeof head - (size_t)n, "Content-Type: application/json\r\nContent-Length: %zu\r\n", bl);
+  n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
+  write_all_fd(fd, head, (size_t)n);
+  if (body) write_all_fd(fd, body, bl);
+  int rc = http_read_resp(fd, r);
+  close(fd);
+  return rc;
+}
+
+/* The status alone, for the long matrices. */
+static inline int sbxd_status(int port, const char *method, const char *path, const char *token, const char *body) {
+  struct http_resp r;
+  if (sbxd_http(port, method, path, token, body, &r) < 0) return -1;
+  int s = r.status;
+  http_resp_free(&r);
+  return s;
+}
+
+#endif

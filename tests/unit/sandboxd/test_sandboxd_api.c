@@ -1,0 +1,795 @@
+/* test_sandboxd_api: a real sandboxd over HTTP with the test-only fake
+ * backend (instances with no agent): config validation, auth matrix,
+ * errors, leases, pools, drain, metrics, caps, reaping and kill -9
+ * recovery. What needs a live silkd is in test_sandboxd_jail. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+#include <jansson.h>
+
+#include "sbxd_test.h"
+
+#define ROOT "root-token-0123456789abcdef0123456789"
+#define ACME "acme-token-0123456789abcdef0123456789"
+#define BETA "beta-token-0123456789abcdef0123456789"
+
+static const char *CONFIG =
+    "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"fake\",\"api_token\":\"" ROOT "\","
+    "\"tenants\":[{\"name\":\"acme\",\"token\":\"" ACME "\",\"max_claims\":3},"
+    "{\"name\":\"beta\",\"token\":\"" BETA "\"}],"
+    "\"max_claims\":6,\"pools\":[{\"template\":\"host\",\"warm\":2}]}";
+
+static struct sbxd_proc P;
+
+static int setup(void **state) {
+  sbxd_prepare(&P, CONFIG);
+  return sbxd_start(&P);
+}
+
+/* A clean SIGTERM exit is part of every test: under ASan it also means
+ * the daemon ran without memory errors or leaks. */
+static int teardown(void **state) {
+  int rc = sbxd_stop(&P, SIGTERM);
+  sbxd_cleanup(&P);
+  if (rc != 0) fprintf(stderr, "sandboxd exited with %d\n", rc);
+  return rc == 0 ? 0 : -1;
+}
+
+static json_t *body_json(struct http_resp *r) {
+  json_error_t je;
+  json_t *v = json_loads(r->body, 0, &je);
+  if (!v) fprintf(stderr, "not JSON (%d): %s\n", r->status, r->body);
+  return v;
+}
+
+struct claim {
+  char id[32], token[64];
+};
+
+static int do_claim(const char *token, const char *body, struct claim *c) {
+  struct http_resp r;
+  if (sbxd_http(P.port, "POST", "/v1/claim", token, body, &r) < 0) return -1;
+  int s = r.status;
+  if (s == 200 && c) {
+    json_t *v = body_json(&r);
+    snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(v, "id")));
+    snprintf(c->token, sizeof c->token, "%s", json_string_value(json_object_get(v, "token")));
+    json_decref(v);
+  }
+  http_resp_free(&r);
+  return s;
+}
+
+static void release(const struct claim *c) {
+  char path[128];
+  snprintf(path, sizeof path, "/v1/sandboxes/%s/release", c->id);
+  assert_int_equal(sbxd_status(P.port, "POST", path, c->token, NULL), 204);
+}
+
+static void test_version_and_bad_configs(void **state) {
+  char out[4096];
+  const char *v[] = {"--version", NULL};
+  assert_int_equal(sbxd_run_once(v, out, sizeof out), 0);
+  assert_non_null(strstr(out, "sandboxd "));
+
+  static const struct {
+    const char *json, *needle;
+  } bad[] = {
+      {"{\"listen\":\"127.0.0.1:0\",\"bogus\":1}", "bogus"},
+      {"{\"bridge\":\"br0\"}", "bridge"},
+      {"{\"max_claims\":-1}", "max_claims"},
+      {"{\"max_claims\":1.5}", "max_claims"},
+      {"{\"listen\":\"nonsense\"}", "listen"},
+      {"{\"tenants\":[{\"name\":\"a\",\"token\":\"t\"}]}", "api_token"},
+      {"{\"api_token\":\"r\",\"tenants\":[{\"name\":\"a\",\"token\":\"t\"},{\"name\":\"a\",\"token\":\"u\"}]}",
+       "duplicate"},
+      {"{\"pools\":[{\"template\":\"host\",\"size\":\"huge\"}]}", "size"},
+      {"{\"pools\":[{\"template\":\"host\",\"warm\":4,\"warm_max\":2}]}", "warm_max"},
+      {"{\"pools\":[{\"template\":\"host\",\"colour\":\"red\"}]}", "colour"},
+      {"{\"pools\":[{\"template\":\"host\"},{\"template\":\"host\"}]}", "duplicate"},
+      {"{\"driver\":\"xen\"}", "driver"},
+      {"{\"listen\":\"127.0.0.1:0\"} trailing", "line"},
+      {"{\"a\":1,\"a\":2}", "duplicate"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    struct sbxd_proc q;
+    sbxd_prepare(&q, bad[i].json);
+    const char *args[] = {"--config", q.config, "--check-config", NULL};
+    int rc = sbxd_run_once(args, out, sizeof out);
+    if (rc != 2 || !strstr(out, bad[i].needle)) fprintf(stderr, "config %s -> %d: %s\n", bad[i].json, rc, out);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, bad[i].needle));
+    sbxd_rmrf(q.dir);
+  }
+  const char *missing[] = {"--config", "/nonexistent/sandboxd.json", NULL};
+  assert_int_equal(sbxd_run_once(missing, out, sizeof out), 2);
+}
+
+static void test_healthz_and_routes(void **state) {
+  struct http_resp r;
+  assert_int_equal(sbxd_http(P.port, "GET", "/healthz", NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 200);
+  assert_string_equal(r.body, "ok\n");
+  assert_non_null(strstr(r.head, "Content-Type: text/plain"));
+  http_resp_free(&r);
+  assert_int_equal(sbxd_status(P.port, "GET", "/nope", ROOT, NULL), 404);
+  assert_int_equal(sbxd_status(P.port, "DELETE", "/v1/claim", ROOT, NULL), 405);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/peers", ACME, NULL), 200);
+  /* Verbs of a later issue answer 501 with a message. */
+  assert_int_equal(sbxd_status(P.port, "POST", "/v1/sandboxes/sb_0123456789abcdef/hibernate", ROOT, NULL), 501);
+  assert_int_equal(sbxd_status(P.port, "POST", "/v1/sandboxes/sb_0123456789abcdef/fork", ROOT, "{}"), 501);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/checkpoints", ROOT, NULL), 501);
+  assert_int_equal(sbxd_status(P.port, "DELETE", "/v1/templates?template=x", ROOT, NULL), 501);
+}
+
+static void test_node_auth_matrix(void **state) {
+  /* root-class endpoints: root 200, tenant 403, wrong 401, missing 401 */
+  const char *root_paths[] = {"/v1/info", "/metrics"};
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(sbxd_status(P.port, "GET", root_paths[i], ROOT, NULL), 200);
+    assert_int_equal(sbxd_status(P.port, "GET", root_paths[i], ACME, NULL), 403);
+    assert_int_equal(sbxd_status(P.port, "GET", root_paths[i], "wrong", NULL), 401);
+    assert_int_equal(sbxd_status(P.port, "GET", root_paths[i], NULL, NULL), 401);
+  }
+  assert_int_equal(sbxd_status(P.port, "POST", "/v1/drain", ACME, NULL), 403);
+  assert_int_equal(sbxd_status(P.port, "PUT", "/v1/pools", ACME, "{\"pools\":[]}"), 403);
+  /* node-class: root and tenant 200 */
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/sandboxes", ACME, NULL), 200);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/sandboxes", ROOT, NULL), 200);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/sandboxes", "nope", NULL), 401);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/sandboxes", NULL, NULL), 401);
+  /* The scheme word is case-insensitive. */
+  int fd = sbxd_connect(P.port);
+  const char req[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: bEaReR   " ROOT
+                     "  \r\n\r\n";
+  write_all_fd(fd, req, sizeof req - 1);
+  struct http_resp r;
+  http_read_resp(fd, &r);
+  close(fd);
+  assert_int_equal(r.status, 200);
+  http_resp_free(&r);
+}
+
+static void test_sandbox_auth_matrix(void **state) {
+  struct claim c, other;
+  assert_int_equal(do_claim(ACME, "{\"template\":\"host\",\"claim_ref\":\"team/job-1\"}", &c), 200);
+  assert_int_equal(do_claim(BETA, "{\"template\":\"host\"}", &other), 200);
+  assert_int_equal(strlen(c.token), 32);
+  assert_int_equal(strlen(c.id), 19);
+  char p_renew[128], p_owner[128], p_get[128], p_stats[128], p_exec[128];
+  snprintf(p_renew, sizeof p_renew, "/v1/sandboxes/%s/renew", c.id);
+  snprintf(p_owner, sizeof p_owner, "/v1/sandboxes/%s/owner", c.id);
+  snprintf(p_get, sizeof p_get, "/v1/sandboxes/%s", c.id);
+  snprintf(p_stats, sizeof p_stats, "/v1/sandboxes/%s/stats", c.id);
+  snprintf(p_exec, sizeof p_exec, "/v1/sandboxes/%s/exec", c.id);
+
+  /* sbx/root: sandbox token and root work; tenant, other sandbox's
+   * token and garbage all get the same 404; missing is 401. */
+  assert_int_equal(sbxd_status(P.port, "POST", p_renew, c.token, NULL), 200);
+  assert_int_equal(sbxd_status(P.port, "POST", p_renew, ROOT, NULL), 200);
+  struct http_resp r1, r2, r3;
+  sbxd_http(P.port, "POST", p_renew, ACME, NULL, &r1);
+  sbxd_http(P.port, "POST", p_renew, other.token, NULL, &r2);
+  sbxd_http(P.port, "POST", "/v1/sandboxes/sb_00000000000000ff/renew", c.token, NULL, &r3);
+  assert_int_equal(r1.status, 404);
+  assert_string_equal(r1.body, r2.body);
+  assert_string_equal(r1.body, r3.body);
+  assert_string_equal(r1.head, r2.head);
+  assert_string_equal(r1.head, r3.head);
+  http_resp_free(&r1);
+  http_resp_free(&r2);
+  http_resp_free(&r3);
+  assert_int_equal(sbxd_status(P.port, "POST", "/v1/sandboxes/..%2f..%2fetc/renew", c.token, NULL), 404);
+  assert_int_equal(sbxd_status(P.port, "POST", p_renew, NULL, NULL), 401);
+
+  /* sbx only: owner and exec refuse root acting by id. */
+  assert_int_equal(sbxd_status(P.port, "GET", p_owner, c.token, NULL), 200);
+  struct http_resp r;
+  sbxd_http(P.port, "GET", p_owner, ROOT, NULL, &r);
+  assert_int_equal(r.status, 404);
+  assert_non_null(strstr(r.body, "not owned here"));
+  http_resp_free(&r);
+  assert_int_equal(sbxd_status(P.port, "POST", p_exec, ROOT, "{\"argv\":[\"true\"]}"), 404);
+  /* exec order: 401, 404, body 400, then dial (502: the fake has no agent) */
+  assert_int_equal(sbxd_status(P.port, "POST", p_exec, NULL, "{}"), 401);
+  assert_int_equal(sbxd_status(P.port, "POST", p_exec, c.token, "{\"argv\":[\"true\"],\"bogus\":1}"), 400);
+  assert_int_equal(sbxd_status(P.port, "POST", p_exec, c.token, "{\"argv\":[]}"), 400);
+  assert_int_equal(sbxd_status(P.port, "POST", p_exec, c.token, "{\"argv\":[\"a\"],\"argv\":[\"b\"]}"), 400);
+  assert_int_equal(sbxd_status(P.port, "POST", p_exec, c.token, "{\"argv\":[\"a\"],\"timeout_seconds\":-1}"), 400);
+  assert_int_equal(sbxd_status(P.port, "POST", p_exec, c.token, "{\"argv\":[\"true\"]}"), 502);
+
+  /* root-only by id: GET row (with token for root), stats */
+  sbxd_http(P.port, "GET", p_get, ROOT, NULL, &r);
+  assert_int_equal(r.status, 200);
+  json_t *row = body_json(&r);
+  assert_string_equal(json_string_value(json_object_get(row, "token")), c.token);
+  assert_string_equal(json_string_value(json_object_get(row, "claim_ref")), "team/job-1");
+  json_decref(row);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_status(P.port, "GET", p_get, ACME, NULL), 403);
+  assert_int_equal(sbxd_status(P.port, "GET", p_stats, ROOT, NULL), 200);
+  assert_int_equal(sbxd_status(P.port, "GET", p_stats, c.token, NULL), 401);
+
+  /* Listings are scoped and never carry tokens. */
+  sbxd_http(P.port, "GET", "/v1/sandboxes", ACME, NULL, &r);
+  json_t *l = body_json(&r);
+  json_t *rows = json_object_get(l, "sandboxes");
+  assert_int_equal(json_array_size(rows), 1);
+  assert_null(json_object_get(json_array_get(rows, 0), "token"));
+  json_decref(l);
+  http_resp_free(&r);
+  sbxd_http(P.port, "GET", "/v1/sandboxes?claim_ref=team%2Fjob-1", ROOT, NULL, &r);
+  l = body_json(&r);
+  assert_int_equal(json_array_size(json_object_get(l, "sandboxes")), 1);
+  json_decref(l);
+  http_resp_free(&r);
+
+  /* Upgrade endpoints: 401, then 426 with the Upgrade header, then 404. */
+  char p_agent[128];
+  snprintf(p_agent, sizeof p_agent, "/v1/sandboxes/%s/agent", c.id);
+  assert_int_equal(sbxd_status(P.port, "GET", p_agent, NULL, NULL), 401);
+  sbxd_http(P.port, "GET", p_agent, c.token, NULL, &r);
+  assert_int_equal(r.status, 426);
+  assert_non_null(strstr(r.head, "Upgrade: silkd\r\n"));
+  http_resp_free(&r);
+  char p_port[128];
+  snprintf(p_port, sizeof p_port, "/v1/sandboxes/%s/ports/0", c.id);
+  assert_int_equal(sbxd_status(P.port, "GET", p_port, c.token, NULL), 400);
+  snprintf(p_port, sizeof p_port, "/v1/sandboxes/%s/ports/65536", c.id);
+  assert_int_equal(sbxd_status(P.port, "GET", p_port, c.token, NULL), 400);
+  snprintf(p_port, sizeof p_port, "/v1/sandboxes/%s/ports/8080", c.id);
+  sbxd_http(P.port, "GET", p_port, c.token, NULL, &r);
+  assert_int_equal(r.status, 426);
+  assert_non_null(strstr(r.head, "Upgrade: tcp\r\n"));
+  http_resp_free(&r);
+
+  /* Release: wrong token 404, right one 204, then 404 for everyone. */
+  char p_rel[128];
+  snprintf(p_rel, sizeof p_rel, "/v1/sandboxes/%s/release", c.id);
+  assert_int_equal(sbxd_status(P.port, "POST", p_rel, other.token, NULL), 404);
+  release(&c);
+  assert_int_equal(sbxd_status(P.port, "POST", p_rel, c.token, NULL), 404);
+  assert_int_equal(sbxd_status(P.port, "POST", p_renew, ROOT, NULL), 404);
+  snprintf(p_rel, sizeof p_rel, "/v1/sandboxes/%s/release", other.id);
+  assert_int_equal(sbxd_status(P.port, "POST", p_rel, ROOT, NULL), 204);
+}
+
+static void test_claim_validation(void **state) {
+  static const struct {
+    const char *body;
+    int status;
+    const char *needle;
+  } cases[] = {
+      {"{}", 400, "template"},
+      {"{\"template\":\"../etc\"}", 400, "template"},
+      {"{\"template\":\"host\",\"size\":\"huge\"}", 400, "size"},
+      {"{\"template\":\"host\",\"size\":\"Small\"}", 400, "size"},
+      {"{\"template\":\"host\",\"net\":\"wifi\"}", 400, "net"},
+      {"{\"template\":\"host\",\"net\":\"egress\"}", 409, "egress"},
+      {"{\"template\":\"host\",\"ttl_seconds\":-5}", 400, "ttl"},
+      {"{\"template\":\"host\",\"ttl_seconds\":1.5}", 400, "ttl"},
+      {"{\"template\":\"host\",\"ttl_seconds\":99999999999999999999999}", 400, "invalid request body"},
+      {"{\"template\":5}", 400, "template"},
+      {"{\"template\":\"host\"} x", 400, "invalid request body"},
+      {"[1]", 400, "invalid request body"},
+      {"{\"template\":\"host\",\"volumes\":[{},{},{},{},{},{},{},{},{}]}", 400, "volumes"},
+      {"{\"template\":\"host\",\"volumes\":[{\"name\":\"data\"}]}", 400, "volume"},
+      {"{\"template\":\"host\",\"require_promoted\":true}", 404, "unknown template"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    struct http_resp r;
+    assert_int_equal(sbxd_http(P.port, "POST", "/v1/claim", ROOT, cases[i].body, &r), 0);
+    if (r.status != cases[i].status || !strstr(r.body, cases[i].needle))
+      fprintf(stderr, "claim %s -> %d %s\n", cases[i].body, r.status, r.body);
+    assert_int_equal(r.status, cases[i].status);
+    assert_non_null(strstr(r.body, cases[i].needle));
+    http_resp_free(&r);
+  }
+  /* Lenient: unknown fields ignored, the last duplicate wins, null = absent. */
+  struct claim c;
+  assert_int_equal(do_claim(ROOT, "{\"template\":\"nope/x\",\"template\":\"host\",\"future\":1,\"size\":null}", &c),
+                   200);
+  release(&c);
+  /* ttl above 24 h is clamped. */
+  struct http_resp r;
+  sbxd_http(P.port, "POST", "/v1/claim", ROOT, "{\"template\":\"host\",\"ttl_seconds\":999999}", &r);
+  assert_int_equal(r.status, 200);
+  json_t *v = body_json(&r);
+  struct claim c2;
+  snprintf(c2.id, sizeof c2.id, "%s", json_string_value(json_object_get(v, "id")));
+  snprintf(c2.token, sizeof c2.token, "%s", json_string_value(json_object_get(v, "token")));
+  struct tm tm = {0};
+  strptime(json_string_value(json_object_get(v, "deadline")), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  long left = (long)(timegm(&tm) - time(NULL));
+  assert_true(left <= 86400 && left > 86000);
+  json_decref(v);
+  http_resp_free(&r);
+  release(&c2);
+}
+
+static void test_body_cap(void **state) {
+  size_t n = 1024 * 1024 + 10;
+  char *big = malloc(n + 1);
+  memset(big, ' ', n);
+  memcpy(big, "{\"template\":\"host\"}", 19);
+  big[n] = '\0';
+  struct http_resp r;
+  assert_int_equal(sbxd_http(P.port, "POST", "/v1/claim", ROOT, big, &r), 0);
+  assert_int_equal(r.status, 400);
+  assert_non_null(strstr(r.body, "invalid request body"));
+  http_resp_free(&r);
+  free(big);
+  /* Just under the cap is decoded. */
+  n = 1024 * 1024;
+  big = malloc(n + 1);
+  memset(big, ' ', n);
+  memcpy(big, "{\"template\":\"host\"}", 19);
+  big[n] = '\0';
+  struct claim c;
+  assert_int_equal(do_claim(ROOT, big, &c), 200);
+  release(&c);
+  free(big);
+}
+
+static void test_caps_and_storm(void **state) {
+  /* acme max 3, node max 6. */
+  struct claim cs[8];
+  int ok = 0, busy = 0;
+  for (int i = 0; i < 5; i++) {
+    int s = do_claim(ACME, "{\"template\":\"host\"}", &cs[ok]);
+    if (s == 200) ok++;
+    else if (s == 429) busy++;
+  }
+  assert_int_equal(ok, 3);
+  assert_int_equal(busy, 2);
+  struct http_resp r;
+  sbxd_http(P.port, "POST", "/v1/claim", ACME, "{\"template\":\"host\"}", &r);
+  assert_int_equal(r.status, 429);
+  assert_non_null(strstr(r.body, "tenant at capacity"));
+  http_resp_free(&r);
+  for (int i = 0; i < 6; i++) {
+    int s = do_claim(ROOT, "{\"template\":\"other\"}", &cs[ok]);
+    if (s == 200) ok++;
+    else assert_int_equal(s, 429);
+  }
+  assert_int_equal(ok, 6);
+  sbxd_http(P.port, "POST", "/v1/claim", BETA, "{\"template\":\"host\"}", &r);
+  assert_int_equal(r.status, 429);
+  assert_non_null(strstr(r.body, "node at capacity"));
+  http_resp_free(&r);
+  for (int i = 0; i < ok; i++) release(&cs[i]);
+  /* Nothing leaked: the index is empty and claims work again. */
+  sbxd_http(P.port, "GET", "/v1/info", ROOT, NULL, &r);
+  json_t *v = body_json(&r);
+  assert_int_equal(json_integer_value(json_object_get(v, "claimed")), 0);
+  json_decref(v);
+  http_resp_free(&r);
+  assert_int_equal(do_claim(ACME, "{\"template\":\"host\"}", &cs[0]), 200);
+  release(&cs[0]);
+}
+
+/* Many claims in flight at once (most provisioned on workers): the caps
+ * hold because admission reserves, and nothing leaks afterwards. */
+static void test_concurrent_storm(void **state) {
+  enum { N = 24 };
+  int fds[N];
+  const char body[] = "{\"template\":\"storm\"}";
+  char req[512];
+  int n = snprintf(req, sizeof req,
+                   "POST /v1/claim HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer " ROOT
+                   "\r\nContent-Length: %zu\r\n\r\n%s",
+                   sizeof body - 1, body);
+  for (int i = 0; i < N; i++) {
+    fds[i] = sbxd_connect(P.port);
+    write_all_fd(fds[i], req, (size_t)n);
+  }
+  struct claim got[N];
+  int ok = 0, busy = 0;
+  for (int i = 0; i < N; i++) {
+    struct http_resp r;
+    assert_int_equal(http_read_resp(fds[i], &r), 0);
+    close(fds[i]);
+    if (r.status == 200) {
+      json_t *v = body_json(&r);
+      snprintf(got[ok].id, sizeof got[ok].id, "%s", json_string_value(json_object_get(v, "id")));
+      snprintf(got[ok].token, sizeof got[ok].token, "%s", json_string_value(json_object_get(v, "token")));
+      json_decref(v);
+      ok++;
+    } else {
+      assert_int_equal(r.status, 429);
+      busy++;
+    }
+    http_resp_free(&r);
+  }
+  assert_int_equal(ok, 6); /* the node cap */
+  assert_int_equal(busy, N - 6);
+  for (int i = 0; i < ok; i++) release(&got[i]);
+  struct http_resp r;
+  sbxd_http(P.port, "GET", "/metrics", ROOT, NULL, &r);
+  assert_non_null(strstr(r.body, "sandboxd_claimed 0\n"));
+  http_resp_free(&r);
+  /* Only the warm pool is left on disk once the destroys have run. */
+  char fakedir[400];
+  snprintf(fakedir, sizeof fakedir, "%s/data/fake", P.dir);
+  for (int i = 0;; i++) {
+    int files = 0;
+    DIR *dir = opendir(fakedir);
+    struct dirent *de;
+    while ((de = readdir(dir)))
+      if (de->d_name[0] != '.') files++;
+    closedir(dir);
+    if (files == 2) break;
+    assert_true(i < 3000);
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static int pool_warm(const char *tmpl) {
+  struct http_resp r;
+  sbxd_http(P.port, "GET", "/v1/info", ROOT, NULL, &r);
+  json_t *v = body_json(&r);
+  int warm = -1;
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(v, "pools"), i, p) {
+    if (strcmp(json_string_value(json_object_get(json_object_get(p, "key"), "template")), tmpl) == 0)
+      warm = (int)json_integer_value(json_object_get(p, "warm"));
+  }
+  json_decref(v);
+  http_resp_free(&r);
+  return warm;
+}
+
+/* Poll until cond or the guard runs out (a hang guard, not a threshold). */
+static bool wait_warm(const char *tmpl, int want) {
+  for (int i = 0; i < 3000; i++) {
+    if (pool_warm(tmpl) == want) return true;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
+
+static void test_pools_and_drain(void **state) {
+  assert_true(wait_warm("host", 2));
+  /* Strict decoding and validation of PUT /v1/pools. */
+  assert_int_equal(sbxd_status(P.port, "PUT", "/v1/pools", ROOT, "{\"pools\":[],\"x\":1}"), 400);
+  assert_int_equal(sbxd_status(P.port, "PUT", "/v1/pools", ROOT, "{\"pools\":[{\"template\":\"a\",\"warmup\":[\"x\"]}]}"),
+                   400);
+  assert_int_equal(sbxd_status(P.port, "PUT", "/v1/pools", ROOT, "{\"pools\":[{\"template\":\"a\",\"warm\":-1}]}"), 400);
+  assert_int_equal(
+      sbxd_status(P.port, "PUT", "/v1/pools", ROOT, "{\"pools\":[{\"template\":\"a\"},{\"template\":\"a\"}]}"), 400);
+  assert_int_equal(
+      sbxd_status(P.port, "PUT", "/v1/pools", ROOT, "{\"pools\":[{\"template\":\"a\",\"warm\":1,\"warm\":2}]}"), 400);
+  assert_int_equal(sbxd_status(P.port, "PUT", "/v1/pools", ROOT,
+                               "{\"pools\":[{\"template\":\"a\",\"archive_after_seconds\":5}]}"),
+                   400);
+  /* Retune: host to 3, add "tools" with 1. */
+  struct http_resp r;
+  sbxd_http(P.port, "PUT", "/v1/pools", ROOT,
+            "{\"pools\":[{\"template\":\"host\",\"warm\":3},{\"template\":\"tools\",\"size\":\"medium\",\"warm\":1}]}",
+            &r);
+  assert_int_equal(r.status, 200);
+  json_t *v = body_json(&r);
+  assert_int_equal(json_array_size(json_object_get(v, "pools")), 2);
+  json_decref(v);
+  http_resp_free(&r);
+  assert_true(wait_warm("host", 3));
+  assert_true(wait_warm("tools", 1));
+  char path[400];
+  snprintf(path, sizeof path, "%s/data/pools.json", P.dir);
+  json_error_t je;
+  json_t *saved = json_load_file(path, 0, &je);
+  assert_non_null(saved);
+  assert_int_equal(json_array_size(json_object_get(saved, "pools")), 2);
+  json_decref(saved);
+
+  /* Drain: warm instances go, claims get 429, other verbs still work. */
+  struct claim c;
+  assert_int_equal(do_claim(ROOT, "{\"template\":\"host\"}", &c), 200);
+  sbxd_http(P.port, "POST", "/v1/drain", ROOT, NULL, &r);
+  assert_int_equal(r.status, 200);
+  v = body_json(&r);
+  assert_true(json_is_true(json_object_get(v, "draining")));
+  json_decref(v);
+  http_resp_free(&r);
+  assert_true(wait_warm("host", 0));
+  sbxd_http(P.port, "POST", "/v1/claim", ROOT, "{\"template\":\"host\"}", &r);
+  assert_int_equal(r.status, 429);
+  assert_non_null(strstr(r.body, "node draining"));
+  http_resp_free(&r);
+  char p_renew[128];
+  snprintf(p_renew, sizeof p_renew, "/v1/sandboxes/%s/renew", c.id);
+  assert_int_equal(sbxd_status(P.port, "POST", p_renew, c.token, "{\"ttl_seconds\":60}"), 200);
+  assert_int_equal(sbxd_status(P.port, "POST", "/v1/drain", ROOT, NULL), 200); /* idempotent */
+  assert_int_equal(sbxd_status(P.port, "DELETE", "/v1/drain", ROOT, NULL), 200);
+  assert_true(wait_warm("host", 3));
+  release(&c);
+
+  /* Omitted keys drain; the persisted set survives a restart. */
+  assert_int_equal(sbxd_status(P.port, "PUT", "/v1/pools", ROOT, "{\"pools\":[{\"template\":\"tools\",\"warm\":2}]}"),
+                   200);
+  assert_int_equal(pool_warm("host"), -1);
+  assert_int_equal(sbxd_stop(&P, SIGTERM), 0);
+  assert_int_equal(sbxd_start(&P), 0);
+  assert_int_equal(pool_warm("host"), -1);
+  assert_true(wait_warm("tools", 2));
+  /* Deleting pools.json hands the pools back to the config (next start). */
+  snprintf(path, sizeof path, "%s/data/pools.json", P.dir);
+  unlink(path);
+  assert_int_equal(sbxd_stop(&P, SIGTERM), 0);
+  assert_int_equal(sbxd_start(&P), 0);
+  assert_true(wait_warm("host", 2));
+}
+
+/* A tiny Prometheus text parser: every sample line is name{labels} value,
+ * every family has HELP and TYPE before its first sample. */
+static void test_metrics(void **state) {
+  struct claim c;
+  assert_int_equal(do_claim(ACME, "{\"template\":\"host\"}", &c), 200);
+  struct http_resp r;
+  sbxd_http(P.port, "GET", "/metrics", ROOT, NULL, &r);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.head, "Content-Type: text/plain; version=0.0.4"));
+  char typed[64][64];
+  int ntyped = 0;
+  int samples = 0;
+  char *save, *line;
+  for (line = strtok_r(r.body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (strncmp(line, "# HELP ", 7) == 0) continue;
+    if (strncmp(line, "# TYPE ", 7) == 0) {
+      char name[64], type[16];
+      assert_int_equal(sscanf(line + 7, "%63s %15s", name, type), 2);
+      assert_true(strcmp(type, "gauge") == 0 || strcmp(type, "counter") == 0);
+      snprintf(typed[ntyped++], 64, "%s", name);
+      continue;
+    }
+    assert_true(line[0] != '#');
+    char name[128];
+    size_t k = strspn(line, "abcdefghijklmnopqrstuvwxyz_");
+    assert_true(k > 0 && k < sizeof name);
+    memcpy(name, line, k);
+    name[k] = '\0';
+    assert_int_equal(strncmp(name, "sandboxd_", 9), 0);
+    bool known = false;
+    for (int i = 0; i < ntyped; i++) known |= strcmp(typed[i], name) == 0;
+    assert_true(known);
+    const char *rest = line + k;
+    if (*rest == '{') {
+      rest = strchr(rest, '}');
+      assert_non_null(rest);
+      rest++;
+    }
+    assert_true(*rest == ' ');
+    char *end;
+    strtod(rest + 1, &end);
+    assert_true(*end == '\0' && end != rest + 1);
+    samples++;
+  }
+  assert_true(samples >= 20);
+  http_resp_free(&r);
+  sbxd_http(P.port, "GET", "/metrics", ROOT, NULL, &r);
+  assert_non_null(strstr(r.body, "sandboxd_tenant_claims{tenant=\"acme\"} 1\n"));
+  assert_non_null(strstr(r.body, "sandboxd_claimed 1\n"));
+  assert_non_null(strstr(r.body, "sandboxd_pool_warm{template=\"host\",net=\"none\",size=\"small\"}"));
+  http_resp_free(&r);
+  release(&c);
+}
+
+static void test_reap_and_usage(void **state) {
+  /* The key hash of spec §1.5's example, as the usage journal shows it. */
+  struct claim k;
+  assert_int_equal(do_claim(ROOT, "{\"template\":\"rt:24.04\"}", &k), 200);
+  release(&k);
+  struct claim c;
+  assert_int_equal(do_claim(ROOT, "{\"template\":\"host\",\"ttl_seconds\":1}", &c), 200);
+  char p_get[128];
+  snprintf(p_get, sizeof p_get, "/v1/sandboxes/%s", c.id);
+  bool gone = false;
+  for (int i = 0; i < 3000 && !gone; i++) {
+    gone = sbxd_status(P.port, "GET", p_get, ROOT, NULL) == 404;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  assert_true(gone);
+  char path[400];
+  snprintf(path, sizeof path, "%s/data/usage.jsonl", P.dir);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char line[2048];
+  bool claim = false, reap = false;
+  while (fgets(line, sizeof line, f)) {
+    json_error_t je;
+    json_t *e = json_loads(line, 0, &je);
+    assert_non_null(e);
+    if (strcmp(json_string_value(json_object_get(e, "id")), k.id) == 0 &&
+        strcmp(json_string_value(json_object_get(e, "ev")), "claim") == 0)
+      assert_string_equal(json_string_value(json_object_get(e, "key")), "4fff484286676dc2ea36c0f3e3560474");
+    if (strcmp(json_string_value(json_object_get(e, "id")), c.id) == 0) {
+      const char *ev = json_string_value(json_object_get(e, "ev"));
+      if (strcmp(ev, "claim") == 0 && strcmp(json_string_value(json_object_get(e, "ref")), "host") == 0) {
+        claim = true;
+        assert_int_equal(strlen(json_string_value(json_object_get(e, "key"))), 32);
+        assert_string_equal(json_string_value(json_object_get(e, "ref")), "host");
+      }
+      reap |= strcmp(ev, "reap") == 0;
+    }
+    json_decref(e);
+  }
+  fclose(f);
+  assert_true(claim);
+  assert_true(reap);
+  assert_int_equal(sbxd_status(P.port, "GET", "/metrics", ROOT, NULL), 200);
+}
+
+static void test_kill9_readopt(void **state) {
+  struct claim keep, gone;
+  assert_int_equal(do_claim(ACME, "{\"template\":\"host\",\"ttl_seconds\":600}", &keep), 200);
+  assert_int_equal(do_claim(ROOT, "{\"template\":\"solo\"}", &gone), 200);
+  assert_true(wait_warm("host", 2));
+  char fakedir[400];
+  snprintf(fakedir, sizeof fakedir, "%s/data/fake", P.dir);
+  struct http_resp r;
+  char p_get[128];
+  snprintf(p_get, sizeof p_get, "/v1/sandboxes/%s", keep.id);
+  sbxd_http(P.port, "GET", p_get, ROOT, NULL, &r);
+  json_t *before = body_json(&r);
+  http_resp_free(&r);
+
+  assert_int_equal(sbxd_stop(&P, SIGKILL), 128 + SIGKILL);
+  assert_int_equal(sbxd_start(&P), 0);
+  /* Same id, token and deadline; still usable with its token. */
+  sbxd_http(P.port, "GET", p_get, ROOT, NULL, &r);
+  assert_int_equal(r.status, 200);
+  json_t *after = body_json(&r);
+  http_resp_free(&r);
+  assert_string_equal(json_string_value(json_object_get(after, "token")), keep.token);
+  assert_string_equal(json_string_value(json_object_get(after, "deadline")),
+                      json_string_value(json_object_get(before, "deadline")));
+  json_decref(before);
+  json_decref(after);
+  char p_renew[128];
+  snprintf(p_renew, sizeof p_renew, "/v1/sandboxes/%s/renew", keep.id);
+  assert_int_equal(sbxd_status(P.port, "POST", p_renew, keep.token, NULL), 200);
+  /* Tenant accounting came back with it. */
+  sbxd_http(P.port, "GET", "/v1/sandboxes", ACME, NULL, &r);
+  json_t *l = body_json(&r);
+  assert_int_equal(json_array_size(json_object_get(l, "sandboxes")), 1);
+  json_decref(l);
+  http_resp_free(&r);
+  /* Old warm instances were destroyed and the pool rebuilt: only the two
+   * claims and two fresh warm ones remain on "disk". */
+  assert_true(wait_warm("host", 2));
+  release(&keep);
+  release(&gone);
+  for (int i = 0; i < 3000; i++) {
+    int n = 0;
+    DIR *dir = opendir(fakedir);
+    struct dirent *de;
+    while ((de = readdir(dir)))
+      if (de->d_name[0] != '.') n++;
+    closedir(dir);
+    if (n == 2) break;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    assert_true(i < 2999);
+  }
+}
+
+static void test_open_mode(void **state) {
+  struct sbxd_proc q;
+  sbxd_prepare(&q, "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"fake\",\"pools\":[]}");
+  assert_int_equal(sbxd_start(&q), 0);
+  assert_int_equal(sbxd_status(q.port, "GET", "/v1/info", NULL, NULL), 200);
+  assert_int_equal(sbxd_status(q.port, "GET", "/metrics", "anything", NULL), 200);
+  struct http_resp r;
+  sbxd_http(q.port, "POST", "/v1/claim", NULL, "{\"template\":\"host\"}", &r);
+  assert_int_equal(r.status, 200);
+  json_t *v = body_json(&r);
+  const char *id = json_string_value(json_object_get(v, "id"));
+  const char *tok = json_string_value(json_object_get(v, "token"));
+  char p_get[128], p_rel[128];
+  snprintf(p_get, sizeof p_get, "/v1/sandboxes/%s", id);
+  snprintf(p_rel, sizeof p_rel, "/v1/sandboxes/%s/release", id);
+  http_resp_free(&r);
+  /* Sandbox tokens still apply; the row never shows the token. */
+  sbxd_http(q.port, "GET", p_get, NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  assert_null(strstr(r.body, "token"));
+  http_resp_free(&r);
+  assert_int_equal(sbxd_status(q.port, "POST", p_rel, NULL, NULL), 401);
+  assert_int_equal(sbxd_status(q.port, "POST", p_rel, "wrong", NULL), 404);
+  assert_int_equal(sbxd_status(q.port, "POST", p_rel, tok, NULL), 204);
+  json_decref(v);
+  assert_int_equal(sbxd_stop(&q, SIGTERM), 0);
+  sbxd_cleanup(&q);
+}
+
+static void test_sighup_reload(void **state) {
+  struct claim c;
+  assert_int_equal(do_claim(ACME, "{\"template\":\"host\"}", &c), 200);
+  sbxd_write_config(&P, "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"fake\","
+                        "\"api_token\":\"new-root\",\"tenants\":[{\"name\":\"acme\",\"token\":\"new-acme\"}],"
+                        "\"pools\":[{\"template\":\"host\",\"warm\":1},{\"template\":\"extra\",\"warm\":1}]}");
+  kill(P.pid, SIGHUP);
+  int s = 0;
+  for (int i = 0; i < 3000 && s != 200; i++) {
+    s = sbxd_status(P.port, "GET", "/v1/info", "new-root", NULL);
+    if (s != 200) usleep(10000);
+  }
+  assert_int_equal(s, 200);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/info", ROOT, NULL), 401);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/sandboxes", "new-acme", NULL), 200);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/sandboxes", BETA, NULL), 401);
+  /* Pools reloaded; the live claim untouched and still the tenant's. */
+  struct http_resp r;
+  sbxd_http(P.port, "GET", "/v1/sandboxes", "new-acme", NULL, &r);
+  assert_non_null(strstr(r.body, c.id));
+  http_resp_free(&r);
+  sbxd_http(P.port, "GET", "/v1/info", "new-root", NULL, &r);
+  assert_non_null(strstr(r.body, "\"extra\""));
+  http_resp_free(&r);
+  release(&c);
+  /* A broken file keeps the running config. */
+  sbxd_write_config(&P, "{\"bogus\":true}");
+  kill(P.pid, SIGHUP);
+  usleep(200 * 1000);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/info", "new-root", NULL), 200);
+}
+
+static void test_head_timeout_and_keepalive(void **state) {
+  /* Two requests on one keep-alive connection. */
+  int fd = sbxd_connect(P.port);
+  const char two[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  write_all_fd(fd, two, sizeof two - 1);
+  char buf[1024];
+  size_t got = 0;
+  ssize_t n;
+  while ((n = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
+  buf[got] = '\0';
+  close(fd);
+  char *second = strstr(buf + 1, "HTTP/1.1 200");
+  assert_non_null(strstr(buf, "HTTP/1.1 200"));
+  assert_non_null(second);
+  /* A started head that never ends is cut (the server closes). */
+  fd = sbxd_connect(P.port);
+  write_all_fd(fd, "GET /healthz HTTP/1.1\r\n", 23);
+  n = read(fd, buf, sizeof buf);
+  assert_true(n <= 0);
+  close(fd);
+  /* Garbage is a 400, not a crash. */
+  fd = sbxd_connect(P.port);
+  write_all_fd(fd, "NOT HTTP\r\n\r\n", 12);
+  struct http_resp r;
+  http_read_resp(fd, &r);
+  close(fd);
+  assert_int_equal(r.status, 400);
+  http_resp_free(&r);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_version_and_bad_configs),
+      cmocka_unit_test_setup_teardown(test_healthz_and_routes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_node_auth_matrix, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sandbox_auth_matrix, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_claim_validation, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_body_cap, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_caps_and_storm, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_concurrent_storm, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pools_and_drain, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reap_and_usage, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kill9_readopt, setup, teardown),
+      cmocka_unit_test(test_open_mode),
+      cmocka_unit_test_setup_teardown(test_head_timeout_and_keepalive, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sighup_reload, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
