@@ -1,24 +1,31 @@
-/* sbxctl: placeholder main until its issue fills it in. */
+/* sbxctl: dispatch to the local commands (driving libsandbox directly,
+ * no daemon) or to the remote ones (sandboxd through the client API). */
 #include <stdio.h>
 #include <string.h>
 
 #include <sandbox/sandbox.h>
 
-static void usage(FILE *f) { fprintf(f, "usage: sbxctl [--version] [--help]\n"); }
+#include "local.h"
+#include "remote.h"
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: sbxctl [--version] [--help]\n"
+             "       sbxctl local run [--template T] [--size S] [--driver D] -- ARGV...\n"
+             "       sbxctl [--addr ADDR] [--token TOKEN] [--json] COMMAND [ARGS]  (see below)\n\n");
+}
 
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--version") == 0) {
-      printf("sbxctl %s\n", sbx_version());
-      return 0;
-    }
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      usage(stdout);
-      return 0;
-    }
-    usage(stderr);
-    return 2;
+  if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+    printf("sbxctl %s\n", sbx_version());
+    return 0;
   }
+  if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    usage(stdout);
+    fflush(stdout);
+    return sbxctl_remote_main(argc, argv);
+  }
+  if (argc >= 2 && strcmp(argv[1], "local") == 0) return sbxctl_local_main(argc - 1, argv + 1);
+  if (argc >= 2 && sbxctl_remote_handles(argc, argv)) return sbxctl_remote_main(argc, argv);
   usage(stderr);
   return 2;
 }

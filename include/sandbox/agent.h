@@ -76,6 +76,54 @@ int sbx_agent_read_file(sbx_agent *a, const char *path, sbx_buf *out, sbx_error 
 int sbx_agent_write_file(sbx_agent *a, const char *path, const void *data, size_t n, int mode, sbx_error *err);
 int sbx_agent_stat(sbx_agent *a, const char *path, sbx_wire_file_info *out, sbx_error *err);
 
+/* ---- more verbs (libsandbox/agent/verbs.c) ---- */
+
+/* As sbx_agent_open, with bytes already read from fd that belong to the
+ * stream (what followed a `101` response head). */
+int sbx_agent_open_prefixed(int fd, const void *prefix, size_t n, sbx_agent **out, sbx_error *err);
+/* True when the connection sits between RPCs with nothing buffered, so it
+ * may be parked for reuse (§2.7). A stray buffered frame makes it unusable. */
+bool sbx_agent_idle(sbx_agent *a);
+/* The next response frame if one arrives within timeout_ms (0 = only what
+ * is already readable): 1 with *out filled, 0 if none yet (the connection
+ * stays usable), <0 on failure. */
+int sbx_agent_poll_recv(sbx_agent *a, sbx_wire_resp *out, int timeout_ms, sbx_error *err);
+
+/* Single-reply verbs. ps and session_list fill *out (free it with
+ * sbx_wire_resp_free); the others only report success. */
+int sbx_agent_ps(sbx_agent *a, sbx_wire_resp *out, sbx_error *err);
+int sbx_agent_session_create(sbx_agent *a, const sbx_req_session_create *req, char *id, size_t id_len,
+                             sbx_error *err);
+int sbx_agent_session_list(sbx_agent *a, sbx_wire_resp *out, sbx_error *err);
+int sbx_agent_session_rm(sbx_agent *a, const char *id, sbx_error *err);
+int sbx_agent_mkdir(sbx_agent *a, const char *path, bool parents, sbx_error *err);
+int sbx_agent_remove(sbx_agent *a, const char *path, bool recursive, sbx_error *err);
+int sbx_agent_rename(sbx_agent *a, const char *from, const char *to, sbx_error *err);
+int sbx_agent_pty_resize(sbx_agent *a, uint32_t pid, uint16_t cols, uint16_t rows, sbx_error *err);
+
+/* fs_list: on_entry is called for every entry; a non-zero return stops and
+ * fails with that code (the connection is then dropped). */
+int sbx_agent_list_dir(sbx_agent *a, const char *path,
+                       int (*on_entry)(void *ud, const sbx_wire_dir_entry *e), void *ud, sbx_error *err);
+
+/* attach and logs: output through on_output; *exit_code is the process's
+ * code, or INT32_MIN when the RPC ended without one (logs of a running
+ * process, attach whose stream ended). */
+int sbx_agent_attach(sbx_agent *a, uint32_t pid, const sbx_agent_exec_io *io, int *exit_code, sbx_error *err);
+int sbx_agent_logs(sbx_agent *a, uint32_t pid, const sbx_agent_exec_io *io, int *exit_code, sbx_error *err);
+
+/* Downloads (fs_read, fs_pull): send the request with sbx_agent_send, then
+ * call sbx_agent_next_data until it returns 0 (`done`). 1 = *data and *n hold a
+ * piece valid until the next call. An error frame ends it (SBX_E_REMOTE);
+ * a partial download must then be discarded. */
+int sbx_agent_next_data(sbx_agent *a, const void **data, size_t *n, sbx_error *err);
+
+/* Uploads (fs_write, fs_push): send the request with sbx_agent_send, then
+ * any number of sbx_agent_upload_write, then sbx_agent_upload_end, which
+ * sends data_end and waits for `done`. */
+int sbx_agent_upload_write(sbx_agent *a, const void *data, size_t n, sbx_error *err);
+int sbx_agent_upload_end(sbx_agent *a, sbx_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,24 +6,13 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <sandbox/agent.h>
 
-#define AGENT_READ_BUF (256 * 1024)
-#define AGENT_CHUNK (256 * 1024) /* upload chunk, as the reference clients use */
+#include "agent/agent_priv.h"
 
-struct sbx_agent {
-  int fd;
-  int timeout_ms;
-  bool broken;
-  bool eof;
-  sbx_frame_reader *reader;
-  char *rbuf;
-  uint8_t *scratch;
-  size_t scratch_cap;
-  sbx_buf wbuf;
-};
 
 int sbx_agent_open(int fd, sbx_agent **out, sbx_error *err) {
   if (fd < 0) return sbx_err(err, SBX_E_INVAL, "agent: bad fd");
@@ -51,14 +40,20 @@ int sbx_agent_fd(const sbx_agent *a) { return a->fd; }
 void sbx_agent_set_timeout(sbx_agent *a, int timeout_ms) { a->timeout_ms = timeout_ms; }
 bool sbx_agent_usable(const sbx_agent *a) { return !a->broken && !a->eof; }
 
-static int broken(sbx_agent *a, int rc) {
+int agent_broken(sbx_agent *a, int rc) {
   a->broken = true;
   return rc;
 }
 
 static int write_all(sbx_agent *a, const char *p, size_t n, sbx_error *err) {
   while (n > 0) {
-    ssize_t w = write(a->fd, p, n);
+    /* send with MSG_NOSIGNAL: a peer that went away must be an error here,
+     * not a SIGPIPE that kills a library user's process */
+    ssize_t w = a->not_socket ? write(a->fd, p, n) : send(a->fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == ENOTSOCK && !a->not_socket) {
+      a->not_socket = true;
+      continue;
+    }
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
@@ -66,7 +61,7 @@ static int write_all(sbx_agent *a, const char *p, size_t n, sbx_error *err) {
         poll(&pfd, 1, a->timeout_ms);
         continue;
       }
-      return broken(a, sbx_err_os(err, errno, "agent: write"));
+      return agent_broken(a, sbx_err_os(err, errno, "agent: write"));
     }
     p += w;
     n -= (size_t)w;
@@ -90,26 +85,26 @@ int sbx_agent_send_bulk(sbx_agent *a, sbx_wire_bulk kind, const void *data, size
   return write_all(a, a->wbuf.ptr, a->wbuf.len, err);
 }
 
-static int send_op(sbx_agent *a, sbx_wire_op op, sbx_error *err) {
+int agent_send_op(sbx_agent *a, sbx_wire_op op, sbx_error *err) {
   sbx_wire_req r = {.op = op};
   return sbx_agent_send(a, &r, err);
 }
 
 /* The next raw frame; 0 = end of stream. */
-static int next_line(sbx_agent *a, const char **line, size_t *len, sbx_error *err) {
+int agent_next_line(sbx_agent *a, const char **line, size_t *len, sbx_error *err) {
   for (;;) {
     int rc = sbx_frame_reader_next(a->reader, line, len, err);
-    if (rc != 0) return rc < 0 ? broken(a, rc) : 1;
+    if (rc != 0) return rc < 0 ? agent_broken(a, rc) : 1;
     if (a->eof) return 0;
     struct pollfd pfd = {a->fd, POLLIN, 0};
     int pr = poll(&pfd, 1, a->timeout_ms);
-    if (pr == 0) return broken(a, sbx_err(err, SBX_E_TIMEOUT, "agent: no answer within %d ms", a->timeout_ms));
-    if (pr < 0 && errno != EINTR) return broken(a, sbx_err_os(err, errno, "agent: poll"));
+    if (pr == 0) return agent_broken(a, sbx_err(err, SBX_E_TIMEOUT, "agent: no answer within %d ms", a->timeout_ms));
+    if (pr < 0 && errno != EINTR) return agent_broken(a, sbx_err_os(err, errno, "agent: poll"));
     if (pr < 0) continue;
     ssize_t n = read(a->fd, a->rbuf, AGENT_READ_BUF);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      return broken(a, sbx_err_os(err, errno, "agent: read"));
+      return agent_broken(a, sbx_err_os(err, errno, "agent: read"));
     }
     if (n == 0) {
       a->eof = true;
@@ -120,55 +115,55 @@ static int next_line(sbx_agent *a, const char **line, size_t *len, sbx_error *er
   }
 }
 
-static int need_frame(sbx_agent *a, const char **line, size_t *len, sbx_error *err) {
-  int rc = next_line(a, line, len, err);
-  if (rc == 0) return broken(a, sbx_err(err, SBX_E_PROTO, "agent: connection closed before the reply ended"));
+int agent_need_frame(sbx_agent *a, const char **line, size_t *len, sbx_error *err) {
+  int rc = agent_next_line(a, line, len, err);
+  if (rc == 0) return agent_broken(a, sbx_err(err, SBX_E_PROTO, "agent: connection closed before the reply ended"));
   return rc < 0 ? rc : 0;
 }
 
 int sbx_agent_recv(sbx_agent *a, sbx_wire_resp *out, sbx_error *err) {
   const char *line;
   size_t len;
-  int rc = need_frame(a, &line, &len, err);
+  int rc = agent_need_frame(a, &line, &len, err);
   if (rc < 0) return rc;
   rc = sbx_wire_decode_resp(line, len, out, err);
   if (rc < 0) {
     sbx_err_wrap(err, "agent: bad frame from silkd");
-    return broken(a, SBX_E_PROTO);
+    return agent_broken(a, SBX_E_PROTO);
   }
   return 0;
 }
 
 /* An error frame -> SBX_E_REMOTE carrying the kind. */
-static int remote_error(const sbx_wire_resp *r, sbx_error *err) {
+int agent_remote_error(const sbx_wire_resp *r, sbx_error *err) {
   int rc = sbx_err(err, SBX_E_REMOTE, "%s: %s", sbx_wire_error_kind_name(r->u.error.kind), r->u.error.message);
   if (err) err->detail = (int)r->u.error.kind;
   return rc;
 }
 
-static int unexpected(sbx_agent *a, const sbx_wire_resp *r, const char *verb, sbx_error *err) {
-  return broken(a, sbx_err(err, SBX_E_PROTO, "agent: unexpected %s frame during %s", sbx_wire_type_name(r->type), verb));
+int agent_unexpected(sbx_agent *a, const sbx_wire_resp *r, const char *verb, sbx_error *err) {
+  return agent_broken(a, sbx_err(err, SBX_E_PROTO, "agent: unexpected %s frame during %s", sbx_wire_type_name(r->type), verb));
 }
 
 /* Receive the single-frame reply of a verb: `want` or an error. */
-static int recv_reply(sbx_agent *a, sbx_wire_type want, sbx_wire_resp *out, const char *verb, sbx_error *err) {
+int agent_recv_reply(sbx_agent *a, sbx_wire_type want, sbx_wire_resp *out, const char *verb, sbx_error *err) {
   int rc = sbx_agent_recv(a, out, err);
   if (rc < 0) return rc;
   if (out->type == want) return 0;
   if (out->type == SBX_RESP_ERROR) {
-    rc = remote_error(out, err);
+    rc = agent_remote_error(out, err);
   } else {
-    rc = unexpected(a, out, verb, err);
+    rc = agent_unexpected(a, out, verb, err);
   }
   sbx_wire_resp_free(out);
   return rc;
 }
 
 int sbx_agent_info(sbx_agent *a, sbx_resp_info *out, char *version, size_t version_len, sbx_error *err) {
-  int rc = send_op(a, SBX_OP_INFO, err);
+  int rc = agent_send_op(a, SBX_OP_INFO, err);
   if (rc < 0) return rc;
   sbx_wire_resp r;
-  if ((rc = recv_reply(a, SBX_RESP_INFO, &r, "info", err)) < 0) return rc;
+  if ((rc = agent_recv_reply(a, SBX_RESP_INFO, &r, "info", err)) < 0) return rc;
   *out = r.u.info;
   if (version && version_len) snprintf(version, version_len, "%s", r.u.info.version);
   out->version = NULL; /* owned by the frame, which is freed here */
@@ -176,7 +171,7 @@ int sbx_agent_info(sbx_agent *a, sbx_resp_info *out, char *version, size_t versi
   return 0;
 }
 
-static int ensure_scratch(sbx_agent *a, size_t n) {
+int agent_ensure_scratch(sbx_agent *a, size_t n) {
   if (n <= a->scratch_cap) return 0;
   a->scratch = sbx_realloc(a->scratch, n);
   a->scratch_cap = n;
@@ -201,7 +196,7 @@ static int pump_stdin(sbx_agent *a, int fd, sbx_error *err) {
   ssize_t n = read(fd, a->scratch, a->scratch_cap < AGENT_CHUNK ? a->scratch_cap : AGENT_CHUNK);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
   if (n <= 0) {
-    int rc = send_op(a, SBX_OP_STDIN_CLOSE, err);
+    int rc = agent_send_op(a, SBX_OP_STDIN_CLOSE, err);
     return rc < 0 ? rc : 1;
   }
   int rc = sbx_agent_send_bulk(a, SBX_BULK_REQ_STDIN, a->scratch, (size_t)n, err);
@@ -222,14 +217,14 @@ int sbx_agent_exec(sbx_agent *a, const sbx_req_exec *req, const sbx_agent_exec_i
   bool detached = req->has_detach && req->detach;
   int stdin_fd = io && !in_session && !detached ? io->stdin_fd : -1;
   bool started = in_session; /* session execs send no `started` */
-  ensure_scratch(a, AGENT_CHUNK);
+  agent_ensure_scratch(a, AGENT_CHUNK);
   for (;;) {
     /* While stdin is open, wait on both the socket and stdin. */
     if (started && stdin_fd >= 0 && sbx_frame_reader_pending(a->reader) == 0 && !a->eof) {
       struct pollfd pfd[2] = {{a->fd, POLLIN, 0}, {stdin_fd, POLLIN, 0}};
       int pr = poll(pfd, 2, a->timeout_ms);
       if (pr < 0 && errno == EINTR) continue;
-      if (pr == 0) return broken(a, sbx_err(err, SBX_E_TIMEOUT, "agent: no answer within %d ms", a->timeout_ms));
+      if (pr == 0) return agent_broken(a, sbx_err(err, SBX_E_TIMEOUT, "agent: no answer within %d ms", a->timeout_ms));
       if (pfd[1].revents) {
         rc = pump_stdin(a, stdin_fd, err);
         if (rc < 0) return rc;
@@ -239,25 +234,25 @@ int sbx_agent_exec(sbx_agent *a, const sbx_req_exec *req, const sbx_agent_exec_i
     }
     const char *line;
     size_t len;
-    if ((rc = need_frame(a, &line, &len, err)) < 0) return rc;
+    if ((rc = agent_need_frame(a, &line, &len, err)) < 0) return rc;
     sbx_wire_bulk kind;
     size_t n;
-    if (ensure_scratch(a, sbx_b64_decoded_max(len)) == 0 &&
+    if (agent_ensure_scratch(a, sbx_b64_decoded_max(len)) == 0 &&
         (rc = sbx_wire_bulk_decode(line, len, &kind, a->scratch, a->scratch_cap, &n, err)) == 1) {
       if (kind == SBX_BULK_STDOUT || kind == SBX_BULK_STDERR) {
         rc = deliver(io, kind == SBX_BULK_STDOUT ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR, a->scratch, n);
-        if (rc) return broken(a, rc < 0 ? rc : SBX_E_INTERNAL);
+        if (rc) return agent_broken(a, rc < 0 ? rc : SBX_E_INTERNAL);
         continue;
       }
-      return broken(a, sbx_err(err, SBX_E_PROTO, "agent: unexpected data frame during exec"));
+      return agent_broken(a, sbx_err(err, SBX_E_PROTO, "agent: unexpected data frame during exec"));
     }
-    if (rc < 0) return broken(a, rc);
+    if (rc < 0) return agent_broken(a, rc);
     sbx_wire_resp resp;
-    if (sbx_wire_decode_resp(line, len, &resp, err) < 0) return broken(a, SBX_E_PROTO);
+    if (sbx_wire_decode_resp(line, len, &resp, err) < 0) return agent_broken(a, SBX_E_PROTO);
     switch (resp.type) {
     case SBX_RESP_STARTED:
       if (started) {
-        rc = unexpected(a, &resp, "exec", err);
+        rc = agent_unexpected(a, &resp, "exec", err);
         break;
       }
       started = true;
@@ -268,21 +263,21 @@ int sbx_agent_exec(sbx_agent *a, const sbx_req_exec *req, const sbx_agent_exec_i
         break;
       }
       if (io && io->stdin_data && (rc = send_stdin_chunks(a, io->stdin_data, io->stdin_len, err)) < 0) break;
-      if (stdin_fd < 0 && (rc = send_op(a, SBX_OP_STDIN_CLOSE, err)) < 0) break;
+      if (stdin_fd < 0 && (rc = agent_send_op(a, SBX_OP_STDIN_CLOSE, err)) < 0) break;
       rc = 0;
       break;
     case SBX_RESP_STDOUT:
     case SBX_RESP_STDERR:
       rc = deliver(io, resp.type == SBX_RESP_STDOUT ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR, resp.u.data.data.ptr,
                    resp.u.data.data.len);
-      if (rc) rc = broken(a, rc < 0 ? rc : SBX_E_INTERNAL);
+      if (rc) rc = agent_broken(a, rc < 0 ? rc : SBX_E_INTERNAL);
       break;
     case SBX_RESP_EXIT:
       if (exit_code) *exit_code = resp.u.exit.code;
       rc = 1;
       break;
-    case SBX_RESP_ERROR: rc = remote_error(&resp, err); break;
-    default: rc = unexpected(a, &resp, "exec", err);
+    case SBX_RESP_ERROR: rc = agent_remote_error(&resp, err); break;
+    default: rc = agent_unexpected(a, &resp, "exec", err);
     }
     sbx_wire_resp_free(&resp);
     if (rc == 1) return 0;
@@ -318,7 +313,7 @@ int sbx_agent_kill(sbx_agent *a, uint32_t pid, int signal, sbx_error *err) {
   r.u.kill.signal = signal;
   int rc = sbx_agent_send(a, &r, err);
   sbx_wire_resp resp;
-  if (rc < 0 || (rc = recv_reply(a, SBX_RESP_DONE, &resp, "kill", err)) < 0) return rc;
+  if (rc < 0 || (rc = agent_recv_reply(a, SBX_RESP_DONE, &resp, "kill", err)) < 0) return rc;
   sbx_wire_resp_free(&resp);
   return 0;
 }
@@ -338,9 +333,9 @@ int sbx_agent_read_file(sbx_agent *a, const char *path, sbx_buf *out, sbx_error 
     } else if (resp.type == SBX_RESP_DONE) {
       rc = 1;
     } else if (resp.type == SBX_RESP_ERROR) {
-      rc = remote_error(&resp, err);
+      rc = agent_remote_error(&resp, err);
     } else {
-      rc = unexpected(a, &resp, "fs_read", err);
+      rc = agent_unexpected(a, &resp, "fs_read", err);
     }
     sbx_wire_resp_free(&resp);
     if (rc != 0) return rc == 1 ? 0 : rc;
@@ -362,9 +357,9 @@ int sbx_agent_write_file(sbx_agent *a, const char *path, const void *data, size_
     p += k;
     left -= k;
   }
-  if (rc < 0 || (rc = send_op(a, SBX_OP_DATA_END, err)) < 0) return rc;
+  if (rc < 0 || (rc = agent_send_op(a, SBX_OP_DATA_END, err)) < 0) return rc;
   sbx_wire_resp resp;
-  if ((rc = recv_reply(a, SBX_RESP_DONE, &resp, "fs_write", err)) < 0) return rc;
+  if ((rc = agent_recv_reply(a, SBX_RESP_DONE, &resp, "fs_write", err)) < 0) return rc;
   sbx_wire_resp_free(&resp);
   return 0;
 }
@@ -374,7 +369,7 @@ int sbx_agent_stat(sbx_agent *a, const char *path, sbx_wire_file_info *out, sbx_
   r.u.fs_stat.path = path;
   int rc = sbx_agent_send(a, &r, err);
   sbx_wire_resp resp;
-  if (rc < 0 || (rc = recv_reply(a, SBX_RESP_STAT, &resp, "fs_stat", err)) < 0) return rc;
+  if (rc < 0 || (rc = agent_recv_reply(a, SBX_RESP_STAT, &resp, "fs_stat", err)) < 0) return rc;
   *out = resp.u.stat.info;
   sbx_wire_resp_free(&resp);
   return 0;

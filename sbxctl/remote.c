@@ -1,0 +1,182 @@
+/* sbxctl remote commands: global options, dispatch, help and the helpers
+ * the command files share. Errors are one line on stderr; exit 2 for usage,
+ * 1 for a failed operation. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote.h"
+
+const rcmd sbxctl_cmds[] = {
+    {"claim", cmd_claim, "[TEMPLATE] [--size SIZE] [--net none|egress] [--ttl SECONDS] [--ref REF]",
+     "Claim a sandbox (template default: host) and print its id. The sandbox token is remembered in the state "
+     "file so later commands need none."},
+    {"exec", cmd_exec, "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER] [--no-stdin] -- ARGV...",
+     "Run ARGV in the sandbox, streaming its output and forwarding stdin. Exits with the remote exit code; "
+     "Ctrl-C kills the remote process."},
+    {"shell", cmd_shell, "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER]",
+     "Open an interactive shell on a pseudo-terminal in the sandbox. Follows window resizes; the terminal is "
+     "restored on exit. Exits with the shell's exit code."},
+    {"release", cmd_release, "ID...", "Destroy sandboxes and forget their tokens. An unknown sandbox counts as released."},
+    {"renew", cmd_renew, "ID [--ttl SECONDS]", "Reset the lease of a sandbox and print the new deadline."},
+    {"ls", cmd_ls, "[--ref CLAIM_REF]", "List the sandboxes of this node that the token owns."},
+    {"info", cmd_info, "[ID]", "Show the node state, or one sandbox's index row (needs the operator token)."},
+    {"cp", cmd_cp, "SRC DST",
+     "Copy files and directory trees between the host and a sandbox; one side is ID:/path. Modes, symlinks and "
+     "empty directories are kept."},
+    {"cat", cmd_cat, "ID:/path", "Write a sandbox file to stdout."},
+    {"put", cmd_put, "ID:/path [--mode OCTAL]", "Write stdin to a sandbox file (atomically)."},
+    {"ps", cmd_ps, "ID", "List the processes silkd tracks in the sandbox."},
+    {"kill", cmd_kill, "ID PID [--signal N]", "Send a signal (default SIGKILL) to a sandbox process."},
+    {"logs", cmd_logs, "ID PID [--follow]", "Print the retained output of a sandbox process; --follow keeps "
+                                            "streaming until it exits."},
+    {"session", cmd_session, "ID list | ID create [--id SID] [--cwd DIR] [--env KEY=VALUE]... | ID rm SID",
+     "Manage persistent shell sessions (run commands in one with exec --session)."},
+    {"pools", cmd_pools, "[show] | set FILE|-",
+     "Show the node's pools, or replace them with the JSON {\"pools\":[...]} of PUT /v1/pools."},
+    {"drain", cmd_drain, "", "Cordon the node: new claims are refused, warm sandboxes destroyed."},
+    {"uncordon", cmd_uncordon, "", "Lift a drain."},
+    {NULL, NULL, NULL, NULL},
+};
+
+static const rcmd *find_cmd(const char *name) {
+  for (const rcmd *c = sbxctl_cmds; c->name; c++)
+    if (strcmp(c->name, name) == 0) return c;
+  return NULL;
+}
+
+int rfail(const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  for (char *p = msg; *p; p++) /* one line, whatever the server said */
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  fprintf(stderr, "sbxctl: %s\n", msg);
+  return EXIT_FAIL;
+}
+
+int rfail_err(const char *what, const sbx_error *err) { return rfail("%s: %s", what, err->msg); }
+
+int rusage(const char *cmd) {
+  const rcmd *c = find_cmd(cmd);
+  fprintf(stderr, "usage: sbxctl %s %s\n", cmd, c ? c->args : "");
+  return EXIT_USAGE;
+}
+
+int rhelp(const char *cmd) {
+  const rcmd *c = find_cmd(cmd);
+  printf("usage: sbxctl [--addr ADDR] [--token TOKEN] [--json] %s %s\n\n%s\n", cmd, c->args, c->help);
+  return 0;
+}
+
+bool is_help(const char *s) { return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0; }
+
+static void usage_all(FILE *f) {
+  fprintf(f, "usage: sbxctl [--addr ADDR] [--token TOKEN] [--json] COMMAND [ARGS]\n\n"
+             "  --addr   sandboxd address (env SANDBOXD_ADDR, default 127.0.0.1:7777)\n"
+             "  --token  node token (env SANDBOXD_TOKEN)\n"
+             "  --json   machine-readable output\n\ncommands:\n");
+  for (const rcmd *c = sbxctl_cmds; c->name; c++) fprintf(f, "  %-9s %s\n", c->name, c->args);
+  fprintf(f, "\n'sbxctl COMMAND --help' describes a command.\n");
+}
+
+int common_opt(rctx *r, int c, const char *cmd) {
+  switch (c) {
+  case 'h': return rhelp(cmd);
+  case 'J': r->json = true; return -1;
+  case 'A': r->addr = optarg; return -1;
+  case 'T': r->token = optarg; return -1;
+  default: return rusage(cmd);
+  }
+}
+
+int rclient(rctx *r, sbx_client **out) {
+  if (!r->client) {
+    sbx_client_opts o = {.addr = r->addr, .token = r->token, .tls_ca_file = getenv("SANDBOXD_CA_FILE")};
+    sbx_error err;
+    if (sbx_client_new(&o, &r->client, &err) < 0) return rfail_err("client", &err);
+  }
+  *out = r->client;
+  return 0;
+}
+
+int rsandbox(rctx *r, const char *id, sbx_sandbox **out) {
+  sbx_client *c = NULL;
+  if (rclient(r, &c)) return EXIT_FAIL;
+  char token[256], owner[512];
+  sbx_error err;
+  int rc;
+  if (state_get(id, token, sizeof token, owner, sizeof owner) == 0) {
+    /* the owner the claim reported: no lookup round trip */
+    rc = sbx_client_attach(c, id, token, owner[0] ? owner : NULL, out, &err);
+  } else if (r->token && *r->token) {
+    rc = sbx_client_lookup(c, id, r->token, out, &err);
+  } else {
+    return rfail("%s: no token known for this sandbox (claim it with sbxctl, or pass --token)", id);
+  }
+  return rc < 0 ? rfail_err(id, &err) : 0;
+}
+
+/* Global options sit before the command; returns the index of the command
+ * or -1 (usage error) / -2 (help printed). */
+static int parse_globals(rctx *r, int argc, char **argv) {
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    const char **slot = NULL;
+    if (strcmp(a, "--json") == 0) {
+      r->json = true;
+      continue;
+    }
+    if (is_help(a)) {
+      usage_all(stdout);
+      return -2;
+    }
+    if (strncmp(a, "--addr", 6) == 0) slot = &r->addr;
+    if (strncmp(a, "--token", 7) == 0) slot = &r->token;
+    if (!slot) break;
+    const char *eq = strchr(a, '=');
+    size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+    if (nlen != (slot == &r->addr ? 6u : 7u)) break;
+    if (eq) {
+      *slot = eq + 1;
+    } else if (i + 1 < argc) {
+      *slot = argv[++i];
+    } else {
+      return -1;
+    }
+  }
+  return i < argc ? i : -1;
+}
+
+bool sbxctl_remote_handles(int argc, char **argv) {
+  rctx r = {0};
+  int i = parse_globals(&r, argc, argv);
+  return i > 0 && find_cmd(argv[i]) != NULL;
+}
+
+int sbxctl_remote_main(int argc, char **argv) {
+  rctx r = {.addr = getenv("SANDBOXD_ADDR"), .token = getenv("SANDBOXD_TOKEN")};
+  if (!r.addr || !*r.addr) r.addr = "127.0.0.1:7777";
+  int i = parse_globals(&r, argc, argv);
+  if (i == -2) return 0;
+  if (i < 0) {
+    usage_all(stderr);
+    return EXIT_USAGE;
+  }
+  const rcmd *c = find_cmd(argv[i]);
+  if (!c) {
+    fprintf(stderr, "sbxctl: unknown command %s\n", argv[i]);
+    usage_all(stderr);
+    return EXIT_USAGE;
+  }
+  signal(SIGPIPE, SIG_IGN); /* a closed stdout becomes EPIPE, reported once */
+  optind = 0;               /* each command runs its own getopt from scratch */
+  int rc = c->fn(&r, argc - i, argv + i);
+  sbx_client_free(r.client);
+  return rc;
+}

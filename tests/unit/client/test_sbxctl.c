@@ -1,0 +1,211 @@
+/* sbxctl remote commands against a real silkd (a unix: address): exit
+ * codes and stderr of exec, stdin piped through, SIGINT killing the remote
+ * process, one-line errors, and every command's usage errors (exit 2) and
+ * --help (exit 0). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "client_test.h"
+#include "sbxctl_run.h"
+
+static silkd_proc silkd;
+static char state_dir[128];
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define SBX "sb_00000000000000aa"
+
+static void test_usage_errors(void **state) {
+  (void)state;
+  /* every command, called wrongly: usage on stderr, exit 2, before any I/O */
+  const char *const *bad[] = {
+      ARGS("claim", "a", "b"),        ARGS("claim", "--ttl", "x"),     ARGS("claim", "--bogus"),
+      ARGS("exec"),                   ARGS("exec", SBX),               ARGS("exec", SBX, "--env", "NOEQ", "--", "x"),
+      ARGS("shell"),                  ARGS("shell", SBX, "extra"),     ARGS("release"),
+      ARGS("renew"),                  ARGS("renew", SBX, "--ttl", "-1"), ARGS("ls", "extra"),
+      ARGS("info", "a", "b"),         ARGS("cp"),                      ARGS("cp", "a", "b"),
+      ARGS("cp", SBX ":/a", SBX ":/b"), ARGS("cat"),                   ARGS("cat", "/local"),
+      ARGS("put"),                    ARGS("put", SBX ":/x", "--mode", "9"), ARGS("ps"),
+      ARGS("ps", SBX, "x"),           ARGS("kill", SBX),               ARGS("kill", SBX, "abc"),
+      ARGS("kill", SBX, "1", "--signal", "0"), ARGS("logs", SBX),      ARGS("logs", SBX, "0"),
+      ARGS("session", SBX),           ARGS("session", SBX, "rm"),      ARGS("session", SBX, "bogus"),
+      ARGS("pools", "bogus"),         ARGS("pools", "set"),            ARGS("drain", "x"),
+      ARGS("uncordon", "x"),          ARGS("no-such-command"),         ARGS("--addr"),
+      NULL};
+  for (int i = 0; bad[i]; i++) {
+    run_result r;
+    assert_int_equal(run_sbxctl(bad[i], NULL, &r, NULL, NULL), 0);
+    if (r.status != 2) fail_msg("sbxctl %s %s: exit %d, want 2", bad[i][0], bad[i][1] ? bad[i][1] : "", r.status);
+    if (!r.err.ptr || !strstr(r.err.ptr, "usage")) fail_msg("sbxctl %s: no usage on stderr", bad[i][0]);
+    run_result_free(&r);
+  }
+  for (const rcmd *c = sbxctl_cmds; c->name; c++) {
+    run_result r;
+    assert_int_equal(run_sbxctl(ARGS(c->name, "--help"), NULL, &r, NULL, NULL), 0);
+    if (r.status != 0 || !r.out.ptr || !strstr(r.out.ptr, c->name)) fail_msg("sbxctl %s --help failed", c->name);
+    run_result_free(&r);
+  }
+}
+
+static void test_exec_code_and_stderr(void **state) {
+  (void)state;
+  run_result r;
+  assert_int_equal(run_sbxctl(ARGS("exec", SBX, "--", "sh", "-c", "echo out; echo err >&2; exit 7"), NULL, &r, NULL,
+                              NULL),
+                   0);
+  assert_int_equal(r.status, 7);
+  assert_string_equal(r.out.ptr, "out\n");
+  assert_string_equal(r.err.ptr, "err\n");
+  run_result_free(&r);
+  /* options after the id, env and cwd */
+  assert_int_equal(run_sbxctl(ARGS("exec", SBX, "--cwd", "/tmp", "--env", "A=1", "--", "sh", "-c", "echo $A; pwd"),
+                              NULL, &r, NULL, NULL),
+                   0);
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out.ptr, "1\n/tmp\n");
+  run_result_free(&r);
+  /* a failed operation: one line on stderr, exit 1 */
+  assert_int_equal(run_sbxctl(ARGS("exec", SBX, "--", "/nonexistent"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 1);
+  assert_non_null(r.err.ptr);
+  assert_non_null(strstr(r.err.ptr, "sbxctl: exec:"));
+  assert_ptr_equal(strchr(r.err.ptr, '\n'), r.err.ptr + r.err.len - 1);
+  run_result_free(&r);
+}
+
+static void test_exec_stdin(void **state) {
+  (void)state;
+  run_result r;
+  assert_int_equal(run_sbxctl(ARGS("exec", SBX, "--", "cat"), "hi\n", &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out.ptr, "hi\n");
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("exec", SBX, "--no-stdin", "--", "cat"), "ignored\n", &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_null(r.out.ptr);
+  run_result_free(&r);
+}
+
+/* Once the remote shell printed its pid, interrupt sbxctl. */
+static void interrupt_when_started(pid_t pid, const sbx_buf *out, void *ud) {
+  long *remote = ud;
+  if (*remote == 0 && out->ptr && strchr(out->ptr, '\n')) {
+    *remote = atol(out->ptr);
+    kill(pid, SIGINT);
+  }
+}
+
+static void test_sigint_kills_remote(void **state) {
+  (void)state;
+  run_result r;
+  long remote = 0;
+  assert_int_equal(run_sbxctl(ARGS("exec", SBX, "--", "sh", "-c", "echo $$; exec sleep 600"), NULL, &r,
+                              interrupt_when_started, &remote),
+                   0);
+  assert_true(remote > 0);
+  assert_int_equal(r.status, 130);
+  /* silkd runs on this host in the test, so its pids are ours to check */
+  /* sbxctl exits only after the exec ended, so the process is gone or a
+   * zombie about to be reaped: wait for that, without a deadline */
+  for (;;) {
+    char sp[64], stt[512] = {0};
+    snprintf(sp, sizeof sp, "/proc/%ld/stat", remote);
+    FILE *sf = fopen(sp, "r");
+    if (!sf) break;
+    if (!fgets(stt, sizeof stt, sf)) stt[0] = 0;
+    fclose(sf);
+    char *q = strrchr(stt, ')');
+    if (!q || (q[1] == ' ' && q[2] == 'Z')) break;
+    sleep_ms(10);
+  }
+  char path[64], st[512] = {0};
+  snprintf(path, sizeof path, "/proc/%ld/stat", remote);
+  FILE *f = fopen(path, "r");
+  if (f) { /* a zombie not yet reaped counts as dead */
+    if (!fgets(st, sizeof st, f)) st[0] = 0;
+    fclose(f);
+    char *p = strrchr(st, ')');
+    if (p && p[1] == ' ' && p[2] != 'Z') fail_msg("remote pid %ld still running: %s", remote, st);
+  }
+  run_result_free(&r);
+}
+
+static void test_files_and_tokens(void **state) {
+  (void)state;
+  run_result r;
+  char target[256];
+  snprintf(target, sizeof target, SBX ":%s/put.txt", silkd.dir);
+  assert_int_equal(run_sbxctl(ARGS("put", target, "--mode", "640"), "payload\n", &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("cat", target), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out.ptr, "payload\n");
+  run_result_free(&r);
+  /* single file both ways through cp */
+  char local[256], back[256];
+  snprintf(local, sizeof local, "%s/local.txt", silkd.dir);
+  snprintf(back, sizeof back, SBX ":%s/copied.txt", silkd.dir);
+  FILE *f = fopen(local, "w");
+  fputs("abc", f);
+  fclose(f);
+  chmod(local, 0751);
+  assert_int_equal(run_sbxctl(ARGS("cp", local, back), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  run_result_free(&r);
+  struct stat sb;
+  snprintf(local, sizeof local, "%s/copied.txt", silkd.dir);
+  assert_int_equal(stat(local, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0751);
+  /* without any token the command fails in one line, exit 1 */
+  unsetenv("SANDBOXD_TOKEN");
+  assert_int_equal(run_sbxctl(ARGS("cat", target), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 1);
+  assert_non_null(strstr(r.err.ptr, "no token"));
+  run_result_free(&r);
+  /* a remembered token is enough */
+  assert_int_equal(state_save(SBX, "0123456789abcdef0123456789abcdef", ""), 0);
+  char path[256];
+  snprintf(path, sizeof path, "%s/sbxctl/tokens.json", state_dir);
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  assert_int_equal(run_sbxctl(ARGS("cat", target), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  run_result_free(&r);
+  assert_int_equal(state_forget(SBX), 0);
+  setenv("SANDBOXD_TOKEN", "0123456789abcdef0123456789abcdef", 1);
+}
+
+static void test_ps_kill_logs(void **state) {
+  (void)state;
+  run_result r;
+  assert_int_equal(run_sbxctl(ARGS("--json", "ps", SBX), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_true(r.out.ptr && r.out.ptr[0] == '[');
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("kill", SBX, "999999"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 1);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("logs", SBX, "999999"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 1);
+  run_result_free(&r);
+}
+
+int main(void) {
+  silkd_start(&silkd);
+  snprintf(state_dir, sizeof state_dir, "%s/state", silkd.dir);
+  setenv("XDG_STATE_HOME", state_dir, 1);
+  setenv("SANDBOXD_ADDR", silkd.addr, 1);
+  setenv("SANDBOXD_TOKEN", "0123456789abcdef0123456789abcdef", 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_usage_errors),   cmocka_unit_test(test_exec_code_and_stderr),
+      cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_sigint_kills_remote),
+      cmocka_unit_test(test_files_and_tokens), cmocka_unit_test(test_ps_kill_logs),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  silkd_cleanup(&silkd);
+  return rc;
+}
