@@ -426,8 +426,7 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
       rc = get_str(v, k, &c->data_dir, errbuf, errlen);
     } else if (strcmp(k, "driver") == 0) {
       rc = get_str(v, k, &c->driver, errbuf, errlen);
-      if (rc == 0 && strcmp(c->driver, "jail") && strcmp(c->driver, "qemu") && strcmp(c->driver, "auto") &&
-          !(strcmp(c->driver, "fake") == 0 && getenv("SANDBOXD_ALLOW_FAKE_DRIVER")))
+      if (rc == 0 && strcmp(c->driver, "jail") && strcmp(c->driver, "qemu") && strcmp(c->driver, "auto"))
         rc = fail(errbuf, errlen, "driver: \"%s\" is not one of jail, qemu, auto", c->driver);
     } else if (strcmp(k, "templates_dir") == 0) {
       rc = get_str(v, k, &c->templates_dir, errbuf, errlen);

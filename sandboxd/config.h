@@ -29,7 +29,7 @@ struct config {
   char *listen_host; /* "" = every address */
   int listen_port;
   char *data_dir;
-  char *driver; /* jail | qemu | auto (| fake for tests) */
+  char *driver; /* jail | qemu | auto */
   char *templates_dir;
   char *advertise_addr;
   char *client_advertise;

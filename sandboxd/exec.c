@@ -85,7 +85,7 @@ static void send_kill(struct sbxd *d, const char *id, long pid) {
   k->timer = evtimer_new(d->base, killer_timeout, k);
   bufferevent_setcb(k->bev, killer_read, NULL, killer_event, k);
   bufferevent_enable(k->bev, EV_READ | EV_WRITE);
-  evbuffer_add_printf(bufferevent_get_output(k->bev), "{\"v\":1,\"op\":\"kill\",\"pid\":%ld,\"signal\":0}\n", pid);
+  evbuffer_add_printf(bufferevent_get_output(k->bev), "{\"v\":1,\"op\":\"kill\",\"pid\":%ld,\"signal\":9}\n", pid);
   struct timeval tv = {KILL_BUDGET_S, 0};
   evtimer_add(k->timer, &tv);
 }

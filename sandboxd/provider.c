@@ -1,5 +1,4 @@
-/* provider.c - driver adapter (and the test-only fake backend). */
-#include <dirent.h>
+/* provider.c - driver adapter. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -8,9 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <sandbox/core.h>
@@ -31,9 +28,12 @@ struct golden_ent {
   bool cold; /* built for an unpooled key on a claim */
 };
 
+struct warmup_ent {
+  char hash[33];
+  char **argv; /* NULL-terminated, owned */
+};
+
 struct provider {
-  bool fake;
-  char fake_dir[PATH_MAX];
   pthread_mutex_t mu;
   /* One golden build at a time: builds of one key must not race (the
    * driver's template_prepare shares a temporary name per process), and
@@ -41,6 +41,8 @@ struct provider {
   pthread_mutex_t build_mu;
   struct golden_ent *goldens;
   size_t ngoldens;
+  struct warmup_ent *warmups; /* the pools' warmup argv, by key hash */
+  size_t nwarmups;
 #ifdef SBX_HAVE_DRIVER
   sbx_driver *drv;
   char goldens_dir[PATH_MAX], run_dir[PATH_MAX], silkd[PATH_MAX];
@@ -56,6 +58,43 @@ struct inst {
 
 const char *inst_name(const struct inst *s) { return s->name; }
 
+static void free_argv(char **a) {
+  if (!a) return;
+  for (char **x = a; *x; x++) sbx_free(*x);
+  sbx_free(a);
+}
+
+static char **dup_argv(char *const *a) {
+  if (!a) return NULL;
+  size_t n = 0;
+  while (a[n]) n++;
+  char **c = sbx_calloc(n + 1, sizeof *c);
+  for (size_t i = 0; i < n; i++) c[i] = sbx_strdup(a[i]);
+  return c;
+}
+
+void provider_set_warmup(struct provider *p, const sbx_pool_key *key, char *const *argv) {
+  char hash[33];
+  key_hash(key, hash);
+  pthread_mutex_lock(&p->mu);
+  size_t i = 0;
+  while (i < p->nwarmups && strcmp(p->warmups[i].hash, hash) != 0) i++;
+  if (i == p->nwarmups) {
+    if (!argv) {
+      pthread_mutex_unlock(&p->mu);
+      return;
+    }
+    p->warmups = sbx_reallocarray(p->warmups, p->nwarmups + 1, sizeof *p->warmups);
+    memset(&p->warmups[i], 0, sizeof p->warmups[i]);
+    memcpy(p->warmups[i].hash, hash, sizeof hash);
+    p->nwarmups++;
+  }
+  free_argv(p->warmups[i].argv);
+  p->warmups[i].argv = dup_argv(argv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+#ifdef SBX_HAVE_DRIVER
 static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *err) {
   char hash[33], rnd[13];
   key_hash(key, hash);
@@ -77,28 +116,7 @@ static int mkdir_p(const char *path, sbx_error *err) {
   if (mkdir(buf, 0755) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", buf);
   return 0;
 }
-
-/* ---- fake ---- */
-
-static int fake_provision(struct provider *p, const sbx_pool_key *key, struct inst **out, sbx_error *err) {
-  struct inst *s = sbx_calloc(1, sizeof *s);
-  int rc = make_name(key, s->name, sizeof s->name, err);
-  if (rc < 0) {
-    sbx_free(s);
-    return rc;
-  }
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s", p->fake_dir, s->name);
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = sbx_err_os(err, errno, "fake: create %s", path);
-    sbx_free(s);
-    return rc;
-  }
-  close(fd);
-  *out = s;
-  return 0;
-}
+#endif
 
 /* ---- shared ---- */
 
@@ -107,14 +125,6 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
   pthread_mutex_init(&p->mu, NULL);
   pthread_mutex_init(&p->build_mu, NULL);
   int rc;
-  if (strcmp(cfg->driver, "fake") == 0) {
-    p->fake = true;
-    snprintf(p->fake_dir, sizeof p->fake_dir, "%s/fake", cfg->data_dir);
-    rc = mkdir_p(p->fake_dir, err);
-    if (rc < 0) goto fail;
-    *out = p;
-    return 0;
-  }
 #ifdef SBX_HAVE_DRIVER
   snprintf(p->goldens_dir, sizeof p->goldens_dir, "%s/goldens", cfg->data_dir);
   snprintf(p->run_dir, sizeof p->run_dir, "%s/run", cfg->data_dir);
@@ -143,6 +153,7 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
 #else
   rc = sbx_err(err, SBX_E_UNSUPPORTED, "driver %s: this build has no drivers yet (libsandbox/driver is not built in)",
                cfg->driver);
+  goto fail;
 #endif
 fail:
   pthread_mutex_destroy(&p->mu);
@@ -161,13 +172,14 @@ void provider_close(struct provider *p) {
   if (p->drv) sbx_driver_close(p->drv);
 #endif
   sbx_free(p->goldens);
+  for (size_t i = 0; i < p->nwarmups; i++) free_argv(p->warmups[i].argv);
+  sbx_free(p->warmups);
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->build_mu);
   sbx_free(p);
 }
 
 const char *provider_name(const struct provider *p) {
-  if (p->fake) return "fake";
 #ifdef SBX_HAVE_DRIVER
   return sbx_driver_name(p->drv);
 #else
@@ -188,7 +200,7 @@ bool provider_has_golden(struct provider *p, const sbx_pool_key *key) {
   struct golden_ent *g = golden_find(p, hash);
   bool r = g && !g->cold;
   pthread_mutex_unlock(&p->mu);
-  return r || p->fake;
+  return r;
 }
 
 /* Build (once) what clones of key start from. cold marks a build made for
@@ -200,20 +212,7 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
   struct golden_ent *have = golden_find(p, hash);
   if (have && !cold) have->cold = false;
   pthread_mutex_unlock(&p->mu);
-  if (have || p->fake) {
-    if (p->fake && !have) {
-      pthread_mutex_lock(&p->mu);
-      if (!golden_find(p, hash)) {
-        p->goldens = sbx_reallocarray(p->goldens, p->ngoldens + 1, sizeof *p->goldens);
-        struct golden_ent *e = &p->goldens[p->ngoldens++];
-        memset(e, 0, sizeof *e);
-        memcpy(e->hash, hash, sizeof e->hash);
-        e->cold = cold;
-      }
-      pthread_mutex_unlock(&p->mu);
-    }
-    return 0;
-  }
+  if (have) return 0;
 #ifdef SBX_HAVE_DRIVER
   pthread_mutex_lock(&p->build_mu);
   pthread_mutex_lock(&p->mu);
@@ -232,8 +231,17 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
     pthread_mutex_unlock(&p->build_mu);
     return rc;
   }
-  sbx_golden_spec gs = {.key = hash, .size = sbx_size_tier_get(key->size)};
+  /* A pool's warmup argv runs once in the builder (driver.h); unpooled
+   * keys and pools without one get the template's layers as they are. */
+  pthread_mutex_lock(&p->mu);
+  char **warmup = NULL;
+  for (size_t i = 0; i < p->nwarmups; i++)
+    if (strcmp(p->warmups[i].hash, hash) == 0) warmup = dup_argv(p->warmups[i].argv);
+  pthread_mutex_unlock(&p->mu);
+  sbx_golden_spec gs = {
+      .key = hash, .size = sbx_size_tier_get(key->size), .warmup = (const char *const *)warmup};
   rc = sbx_golden_build(p->drv, t, &gs, &g, err);
+  free_argv(warmup);
   if (rc < 0) {
     sbx_template_release(p->drv, t);
     pthread_mutex_unlock(&p->build_mu);
@@ -275,7 +283,6 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
   worker_nice();
   int rc = prepare_key(p, key, true, err);
   if (rc < 0) return rc;
-  if (p->fake) return fake_provision(p, key, (struct inst **)out, err);
 #ifdef SBX_HAVE_DRIVER
   struct inst *s = sbx_calloc(1, sizeof *s);
   rc = make_name(key, s->name, sizeof s->name, err);
@@ -312,13 +319,9 @@ static void op_destroy(void *ud, void *inst) {
   struct provider *p = ud;
   struct inst *s = inst;
   worker_nice();
-  if (p->fake) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", p->fake_dir, s->name);
-    unlink(path);
-  }
+  (void)p;
 #ifdef SBX_HAVE_DRIVER
-  else if (s->di) {
+  if (s->di) {
     sbx_error err;
     if (sbx_sandbox_destroy(s->di, &err) < 0) sbx_warn("destroy %s: %s", s->name, err.msg);
   }
@@ -353,30 +356,12 @@ sbx_pool_provider provider_pool_ops(struct provider *p) {
       .prepare = op_prepare, .provision = op_provision, .destroy = op_destroy, .forget = op_forget, .ud = p};
 }
 
-/* The fake backend's instances share one stand-in agent when a test runs
- * one on the Unix socket named by SANDBOXD_FAKE_AGENT. */
-static int fake_connect(struct inst *s, int *fd, sbx_error *err) {
-  const char *path = getenv("SANDBOXD_FAKE_AGENT");
-  if (!path) return sbx_err(err, SBX_E_UNSUPPORTED, "%s has no agent channel (fake driver)", s->name);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (strlen(path) >= sizeof sa.sun_path) return sbx_err(err, SBX_E_INVAL, "SANDBOXD_FAKE_AGENT: path too long");
-  memcpy(sa.sun_path, path, strlen(path) + 1);
-  int f = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (f < 0) return sbx_err_os(err, errno, "socket");
-  if (connect(f, (struct sockaddr *)&sa, sizeof sa) < 0) {
-    int e = errno;
-    close(f);
-    return sbx_err_os(err, e, "connect %s", path);
-  }
-  *fd = f;
-  return 0;
-}
-
 int inst_connect(struct inst *s, int *fd, sbx_error *err) {
 #ifdef SBX_HAVE_DRIVER
   if (s->di) return sbx_sandbox_connect(s->di, fd, err);
 #endif
-  return fake_connect(s, fd, err);
+  (void)fd;
+  return sbx_err(err, SBX_E_UNSUPPORTED, "%s has no agent channel", s->name);
 }
 
 int inst_stats(struct inst *s, struct inst_stats *out, sbx_error *err) {
@@ -413,25 +398,6 @@ static bool rec_cb(void *ud, const sbx_found *found, sbx_instance *adopted) {
 
 int provider_reconcile(struct provider *p, provider_keep_fn keep, provider_adopt_fn adopted, void *ud,
                        sbx_error *err) {
-  if (p->fake) {
-    DIR *dir = opendir(p->fake_dir);
-    if (!dir) return sbx_err_os(err, errno, "opendir %s", p->fake_dir);
-    struct dirent *de;
-    int n = 0;
-    while ((de = readdir(dir))) {
-      if (de->d_name[0] == '.') continue;
-      if (keep(ud, de->d_name)) {
-        struct inst *s = sbx_calloc(1, sizeof *s);
-        snprintf(s->name, sizeof s->name, "%s", de->d_name);
-        adopted(ud, s->name, s);
-        n++;
-      } else {
-        unlinkat(dirfd(dir), de->d_name, 0);
-      }
-    }
-    closedir(dir);
-    return n;
-  }
 #ifdef SBX_HAVE_DRIVER
   struct rec_ctx c = {keep, adopted, ud};
   return sbx_driver_reconcile(p->drv, rec_cb, &c, err);

@@ -1,9 +1,7 @@
 /* provider.h - what the pool manager and the handlers need from a driver.
  *
  * Adapts libsandbox's driver table (include/sandbox/driver.h) to the pool
- * manager's provider callbacks, and adds the one test-only backend "fake":
- * instances that are marker files with no agent, so the daemon's
- * accounting, auth and recovery can be exercised where no driver runs. */
+ * manager's provider callbacks. */
 #ifndef SANDBOXD_PROVIDER_H
 #define SANDBOXD_PROVIDER_H
 
@@ -29,6 +27,10 @@ sbx_pool_provider provider_pool_ops(struct provider *p);
 /* Whether a clone of this key would come from a built golden (tier clone)
  * rather than a cold boot. Safe from the loop thread. */
 bool provider_has_golden(struct provider *p, const sbx_pool_key *key);
+/* The warmup argv (NULL-terminated, copied; NULL = none) that a golden
+ * built later for key runs once (sbx_golden_spec.warmup). A golden already
+ * built is kept as it is. */
+void provider_set_warmup(struct provider *p, const sbx_pool_key *key, char *const *argv);
 
 const char *inst_name(const struct inst *s);
 /* A connected, blocking-free stream to the instance's silkd. */

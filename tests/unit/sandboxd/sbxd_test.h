@@ -3,7 +3,11 @@
  * Header-only so each test program stays one file. The daemon gets a temp
  * data_dir and port 0; its stderr is read until "sandboxd: ready port=N",
  * then drained into a log file. HTTP is raw sockets with Connection: close
- * so a test sees exactly the bytes sandboxd sends. */
+ * so a test sees exactly the bytes sandboxd sends.
+ *
+ * Daemons run the real jail driver and the real build/bin/silkd (root);
+ * "@CGROUP@" in a config becomes a cgroup parent of the daemon's own, and
+ * sbxd_jail_cleanup() destroys what it left running. */
 #ifndef SBXD_TEST_H
 #define SBXD_TEST_H
 
@@ -26,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +44,7 @@ struct sbxd_proc {
   char dir[256];    /* temp dir: config.json, data/, log */
   char config[300];
   int err_fd;       /* daemon stderr (drained by sbxd_log) */
+  char cgroup[64];  /* what "@CGROUP@" becomes: jail.cgroup_root */
 };
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -48,7 +54,8 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
 
 static inline void sbxd_rmrf(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
-/* (Re)write config.json; "@DATA@" in the text becomes the data dir. */
+/* (Re)write config.json; "@DATA@" in the text becomes the data dir,
+ * "@CGROUP@" the daemon's own cgroup parent. */
 static inline void sbxd_write_config(struct sbxd_proc *p, const char *config_text) {
   char data[300];
   snprintf(data, sizeof data, "%s/data", p->dir);
@@ -57,6 +64,9 @@ static inline void sbxd_write_config(struct sbxd_proc *p, const char *config_tex
     if (strncmp(c, "@DATA@", 6) == 0) {
       fputs(data, f);
       c += 5;
+    } else if (strncmp(c, "@CGROUP@", 8) == 0) {
+      fputs(p->cgroup, f);
+      c += 7;
     } else {
       fputc(*c, f);
     }
@@ -71,6 +81,10 @@ static inline void sbxd_prepare(struct sbxd_proc *p, const char *config_text) {
   p->err_fd = -1;
   snprintf(p->dir, sizeof p->dir, "/tmp/sbxd-test-XXXXXX");
   if (!mkdtemp(p->dir)) abort();
+  /* A cgroup parent of its own: the driver's reconcile removes empty
+   * cgroups it does not own under a shared parent, which races with another
+   * daemon (or test) that has just created one. */
+  snprintf(p->cgroup, sizeof p->cgroup, "sbxd-test-%d-%s", (int)getpid(), p->dir + strlen("/tmp/sbxd-test-"));
   snprintf(p->config, sizeof p->config, "%s/config.json", p->dir);
   sbxd_write_config(p, config_text);
 }
@@ -88,7 +102,6 @@ static inline int sbxd_run_once(const char *const *args, char *out, size_t outle
     size_t n = 1;
     for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
     argv[n] = NULL;
-    setenv("SANDBOXD_ALLOW_FAKE_DRIVER", "1", 1);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
@@ -122,7 +135,6 @@ static inline int sbxd_start(struct sbxd_proc *p) {
     int devnull = open("/dev/null", O_RDWR);
     dup2(devnull, 0);
     dup2(devnull, 1);
-    setenv("SANDBOXD_ALLOW_FAKE_DRIVER", "1", 1);
     if (!getenv("SANDBOXD_LOG_LEVEL")) setenv("SANDBOXD_LOG_LEVEL", "info", 1);
     execl(SBX_BUILD_BIN_DIR "/sandboxd", "sandboxd", "--config", p->config, (char *)NULL);
     _exit(127);
@@ -208,6 +220,56 @@ static inline int sbxd_stop(struct sbxd_proc *p, int sig) {
 static inline void sbxd_cleanup(struct sbxd_proc *p) {
   if (p->pid > 0) sbxd_stop(p, SIGKILL);
   sbxd_rmrf(p->dir);
+}
+
+static inline void sbxd_remove_cgroup_parent(const struct sbxd_proc *p) {
+  static const char *const ctl[] = {"cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "blkio", "devices",
+                                    "systemd", "unified", ""};
+  char path[256];
+  for (size_t i = 0; i < sizeof ctl / sizeof *ctl; i++) {
+    snprintf(path, sizeof path, "/sys/fs/cgroup/%s%s%s", ctl[i], ctl[i][0] ? "/" : "", p->cgroup);
+    rmdir(path);
+  }
+}
+
+/* Sandboxes the driver runs for this daemon: one directory each under
+ * <data_dir>/run while the jail lives (removed by its destroy). */
+static inline int sbxd_count_sandboxes(const struct sbxd_proc *p) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/data/run", p->dir);
+  DIR *dir = opendir(path);
+  if (!dir) return -1;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(dir)))
+    if (de->d_name[0] != '.') n++;
+  closedir(dir);
+  return n;
+}
+
+/* sandboxd leaves sandboxes running when it stops (§5.13), so cleaning up
+ * is a restart that owns nothing: no journalled claims and no pools, so
+ * reconcile destroys every sandbox under the data_dir and none is made.
+ * Then the temp dir and the cgroup parent go. Call with the daemon stopped
+ * (or it is killed first). */
+static inline void sbxd_jail_cleanup(struct sbxd_proc *p) {
+  if (p->pid > 0) sbxd_stop(p, SIGKILL);
+  char path[320];
+  snprintf(path, sizeof path, "%s/data/claims.json", p->dir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/data/pools.json", p->dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs("{\"pools\":[]}", f);
+    fclose(f);
+  }
+  /* A config without pools, so none is built from it either. */
+  const char *cfg = "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
+                    "\"jail\":{\"cgroup_root\":\"@CGROUP@\"}}";
+  sbxd_write_config(p, cfg);
+  if (sbxd_start(p) == 0) sbxd_stop(p, SIGTERM);
+  sbxd_cleanup(p);
+  sbxd_remove_cgroup_parent(p);
 }
 
 struct http_resp {
