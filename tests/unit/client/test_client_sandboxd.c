@@ -16,7 +16,8 @@
 
 #define ROOT "root-token-for-client-test"
 static const char *CONFIG = "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
-                            "\"api_token\":\"" ROOT "\",\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
+                            "\"api_token\":\"" ROOT "\",\"pools\":[{\"template\":\"host\",\"warm\":1}],"
+                            "\"jail\":{\"cgroup_root\":\"@CGROUP@\"}}";
 
 static struct sbxd_proc P;
 static char addr[64], state_dir[400];
@@ -46,23 +47,14 @@ static int setup(void **state) {
   return sbx_client_new(&o, &C, &err);
 }
 
-/* sandboxd leaves sandboxes running when it stops; a restart with no claims
- * and no pools destroys them (as test_sandboxd_jail does). */
+/* sandboxd leaves sandboxes running when it stops; sbxd_jail_cleanup
+ * restarts it owning nothing, which destroys them, then removes the test's
+ * own cgroup parent. */
 static int teardown(void **state) {
   (void)state;
   sbx_client_free(C);
   int rc = sbxd_stop(&P, SIGTERM);
-  char path[400];
-  snprintf(path, sizeof path, "%s/data/claims.json", P.dir);
-  unlink(path);
-  snprintf(path, sizeof path, "%s/data/pools.json", P.dir);
-  FILE *f = fopen(path, "w");
-  if (f) {
-    fputs("{\"pools\":[]}", f);
-    fclose(f);
-  }
-  if (sbxd_start(&P) == 0) sbxd_stop(&P, SIGTERM);
-  sbxd_cleanup(&P);
+  sbxd_jail_cleanup(&P);
   return rc == 0 ? 0 : -1;
 }
 
