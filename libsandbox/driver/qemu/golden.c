@@ -22,6 +22,8 @@
  * /dev/kvm passes the probe but never runs a real kernel is given this long
  * before the driver falls back to TCG for good. */
 #define KVM_BOOT_TIMEOUT_MS 20000
+/* 16 GiB (2xlarge) in copy mode at disk speed, with room to spare */
+#define SAVE_TIMEOUT_MS 600000
 
 void qemu_golden_release(sbx_golden *g) {
   if (!g) return;
@@ -63,10 +65,11 @@ static int warmup(sbx_instance *s, const char *const *argv, int timeout_ms, sbx_
 
 /* stop, then the whole machine into file through exec: (QEMU 7.2 has no
  * file: target). The default 128 MiB/s cap would double the time. */
-static int snapshot_to(sbx_instance *s, const char *file, sbx_error *err) {
+static int snapshot_to(sbx_instance *s, const char *file, bool ignore_shared, sbx_error *err) {
   if (strchr(file, '\'')) return sbx_err(err, SBX_E_INVAL, "qemu: snapshot path holds a quote");
   int rc = qmp_cmd(s->qmp, "stop", NULL, NULL, err);
   if (rc == 0) rc = qmp_cmd(s->qmp, "migrate-set-parameters", "{\"max-bandwidth\":107374182400}", NULL, err);
+  if (rc == 0 && ignore_shared) rc = qemu_ignore_shared(s, err);
   if (rc < 0) return rc;
   sbx_cleanup_buf sbx_buf args = SBX_BUF_INIT(PATH_MAX + 64);
   json_t *uri = json_sprintf("exec:cat > '%s'", file);
@@ -76,7 +79,12 @@ static int snapshot_to(sbx_instance *s, const char *file, sbx_error *err) {
   free(u);
   if (rc == 0) rc = qmp_cmd(s->qmp, "migrate", args.ptr, NULL, err);
   if (rc < 0) return rc;
+  uint64_t deadline = sbx_now_ns() + SAVE_TIMEOUT_MS * 1000000ull;
   for (;;) {
+    if (sbx_now_ns() >= deadline) {
+      qmp_cmd(s->qmp, "migrate_cancel", NULL, NULL, NULL);
+      return sbx_err(err, SBX_E_TIMEOUT, "qemu: migration to %s still running after %d ms", file, SAVE_TIMEOUT_MS);
+    }
     char *ret = NULL;
     if ((rc = qmp_cmd(s->qmp, "query-migrate", NULL, &ret, err)) < 0) return rc;
     json_t *j = json_loads(ret, 0, NULL);
@@ -98,8 +106,9 @@ static int snapshot_to(sbx_instance *s, const char *file, sbx_error *err) {
 }
 
 static void args_line(const qemu_driver *qd, const sbx_golden *g, char *buf, size_t len) {
-  snprintf(buf, len, "v1 %s %s %s %s %s\n", g->size->name, g->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg",
-           g->agent == QEMU_AGENT_VSOCK ? "vsock" : "tcp", g->disk ? g->disk : "-", qd->guest_dir);
+  snprintf(buf, len, "v1 %s %s %s %s %s %s\n", g->size->name, g->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg",
+           g->agent == QEMU_AGENT_VSOCK ? "vsock" : "tcp", g->restore == QEMU_RESTORE_MMAP ? "mmap" : "copy",
+           g->disk ? g->disk : "-", qd->guest_dir);
 }
 
 static bool adoptable(const char *dir, const char *want) {
@@ -115,20 +124,28 @@ static bool adoptable(const char *dir, const char *want) {
   return strcmp(have, want) == 0 && access(path, R_OK) == 0;
 }
 
+/* *booted tells a failed boot (worth a retry under TCG) from a failed
+ * warmup or save (not the accelerator's fault). */
 static int boot_and_save(qemu_driver *qd, sbx_golden *g, const sbx_golden_spec *spec, const char *dir,
-                         sbx_error *err) {
+                         bool *booted, sbx_error *err) {
+  *booted = false;
   static unsigned seq;
-  char id[SBX_ID_MAX], state[PATH_MAX];
+  char id[SBX_ID_MAX], state[PATH_MAX], ram[PATH_MAX];
   snprintf(id, sizeof id, "golden-%d-%u", (int)getpid(), __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
   snprintf(state, sizeof state, "%s/state", dir);
-  qemu_vm_args va = {.size = g->size, .disk = g->disk, .accel = g->accel, .agent = g->agent};
+  snprintf(ram, sizeof ram, "%s/ram", dir);
+  bool mm = g->restore == QEMU_RESTORE_MMAP;
+  if (mm) unlink(ram); /* a retry starts from a fresh file */
+  qemu_vm_args va = {.size = g->size, .disk = g->disk, .accel = g->accel, .agent = g->agent,
+                     .mem_path = mm ? ram : NULL, .mem_share = true};
   sbx_instance *s = NULL;
   int rc = qemu_vm_start(qd, id, &va, &s, err);
   if (rc < 0) return rc;
   rc = qemu_vm_wait_ready(s, g->accel == QEMU_ACCEL_KVM ? KVM_BOOT_TIMEOUT_MS : BOOT_TIMEOUT_MS, err);
+  *booted = rc == 0;
   if (rc == 0 && spec && spec->warmup)
     rc = warmup(s, spec->warmup, spec->timeout_ms > 0 ? spec->timeout_ms : 120000, err);
-  if (rc == 0) rc = snapshot_to(s, state, err);
+  if (rc == 0) rc = snapshot_to(s, state, mm, err);
   qemu_vm_destroy(s, NULL);
   return rc;
 }
@@ -142,6 +159,7 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   g->disk = t && t->disk ? sbx_strdup(t->disk) : NULL;
   g->accel = qd->accel;
   g->agent = qd->agent;
+  g->restore = qd->restore;
   const char *key = spec ? spec->key : NULL;
   int rc = 0;
   if (key && (rc = sbx_check_id(key, err)) < 0) goto fail;
@@ -172,16 +190,17 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   }
   g->dir = sbx_strdup(tmp);
   bool renamed = false;
-  rc = boot_and_save(qd, g, spec, tmp, err);
-  if (rc == SBX_E_TIMEOUT && g->accel == QEMU_ACCEL_KVM) {
+  bool booted = false;
+  rc = boot_and_save(qd, g, spec, tmp, &booted, err);
+  if (rc < 0 && !booted && g->accel == QEMU_ACCEL_KVM && !qd->accel_pinned) {
     sbx_warn("qemu: no guest answered under KVM; falling back to TCG on this host (%s)", err ? err->msg : "");
     qd->accel = g->accel = QEMU_ACCEL_TCG;
     char mark[PATH_MAX];
-    snprintf(mark, sizeof mark, "%s/.kvm-broken", qd->run_dir);
+    snprintf(mark, sizeof mark, "%s", QEMU_KVM_BROKEN_MARK);
     int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (mfd >= 0) close(mfd);
     sbx_err_clear(err);
-    rc = boot_and_save(qd, g, spec, tmp, err);
+    rc = boot_and_save(qd, g, spec, tmp, &booted, err);
   }
   if (rc == 0) {
     args_line(qd, g, want, sizeof want);
@@ -224,6 +243,7 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
     g->disk = t && t->disk ? sbx_strdup(t->disk) : NULL;
     g->accel = qd->accel;
     g->agent = qd->agent;
+    g->restore = qd->restore;
   }
   if (rc < 0) goto fail;
   if (key) {

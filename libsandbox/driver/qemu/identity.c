@@ -45,7 +45,7 @@ int qemu_identity(sbx_instance *s, const char *hostname, sbx_error *err) {
   sbx_agent *a = NULL;
   if ((rc = sbx_agent_open(fd, &a, err)) < 0) return rc;
   sbx_agent_set_timeout(a, 30000);
-  const char *argv[] = {"/sbin/sbx-identity", hostname, mid_hex, now, NULL};
+  const char *argv[] = {"/.sbx/sbx-identity", hostname, mid_hex, now, NULL};
   sbx_req_exec req = {0};
   req.argv.items = (const char **)argv;
   req.argv.len = 4;

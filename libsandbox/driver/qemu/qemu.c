@@ -2,8 +2,8 @@
  * running VM answers (QMP for pause/resume, /proc of QEMU for stats).
  *
  * The guest (kernel + initramfs) comes from scripts/build-guest-image; the
- * driver finds it in $SBX_GUEST_DIR or /var/cache/sandbox/guest and, when
- * it is missing, runs the builder itself once. */
+ * driver keeps it in $SBX_GUEST_DIR or /var/cache/sandbox/guest and runs
+ * the builder (idempotent) whenever it can find it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +19,7 @@
 #define DEFAULT_STATE "/var/lib/sandbox"
 #define DEFAULT_GUEST "/var/cache/sandbox/guest"
 #define FIRST_CID 1000
+#define RESTORE_TIMEOUT_MS 60000
 
 static void qemu_close(sbx_driver *d);
 
@@ -53,10 +54,11 @@ static int build_guest(qemu_driver *qd, const char *silkd, sbx_error *err) {
   }
   for (size_t i = 0; i < 4; i++) {
     if (!cands[i] || access(cands[i], X_OK) != 0) continue;
-    sbx_info("qemu: building the guest image into %s with %s", qd->guest_dir, cands[i]);
+    sbx_debug("qemu: guest image in %s by %s", qd->guest_dir, cands[i]);
     const char *argv[] = {cands[i], "--out", qd->guest_dir, silkd ? "--silkd" : NULL, silkd, NULL};
     return qemu_run_helper(argv, err);
   }
+  if (have_guest(qd->guest_dir)) return 0; /* prebuilt, no builder here */
   return sbx_err(err, SBX_E_NOTFOUND,
                  "qemu: no guest image in %s and no build-guest-image to make one (set SBX_GUEST_DIR or "
                  "SBX_GUEST_BUILDER)",
@@ -85,24 +87,28 @@ static int qemu_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
     rc = sbx_err(err, SBX_E_UNSUPPORTED, "qemu: %s is missing (Debian: qemu-system-x86)", qd->qemu_bin);
     goto fail;
   }
-  if (!have_guest(qd->guest_dir)) {
+  /* The builder is idempotent (a stamp of its inputs), so it runs every
+   * time it is at hand: a guest image older than silkd is rebuilt. */
+  {
     if ((rc = build_guest(qd, cfg->silkd_path, err)) < 0) goto fail;
     if (!have_guest(qd->guest_dir)) {
       rc = sbx_err(err, SBX_E_NOTFOUND, "qemu: the guest build left no image in %s", qd->guest_dir);
       goto fail;
     }
   }
-  char mark[PATH_MAX];
-  snprintf(mark, sizeof mark, "%s/.kvm-broken", qd->run_dir);
-  qd->accel = access(mark, F_OK) != 0 && qemu_kvm_works() ? QEMU_ACCEL_KVM : QEMU_ACCEL_TCG;
+  qd->accel = access(QEMU_KVM_BROKEN_MARK, F_OK) != 0 && qemu_kvm_works() ? QEMU_ACCEL_KVM : QEMU_ACCEL_TCG;
   const char *force = getenv("SBX_QEMU_ACCEL");
   if (force && strcmp(force, "kvm") == 0) qd->accel = QEMU_ACCEL_KVM;
+  qd->accel_pinned = force && (strcmp(force, "kvm") == 0 || strcmp(force, "tcg") == 0);
   qd->agent = access("/dev/vhost-vsock", R_OK | W_OK) == 0 ? QEMU_AGENT_VSOCK : QEMU_AGENT_TCP;
   const char *agent = getenv("SBX_QEMU_AGENT");
   if (agent && strcmp(agent, "tcp") == 0) qd->agent = QEMU_AGENT_TCP;
+  const char *restore = getenv("SBX_QEMU_RESTORE");
+  qd->restore = restore && strcmp(restore, "copy") == 0 ? QEMU_RESTORE_COPY : QEMU_RESTORE_MMAP;
   qd->tsc_khz = qemu_host_tsc_khz();
-  sbx_debug("qemu: accel %s, agent %s, tsc %lu kHz, guest %s", qd->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg",
-            qd->agent == QEMU_AGENT_VSOCK ? "vsock" : "tcp", qd->tsc_khz, qd->guest_dir);
+  sbx_debug("qemu: accel %s, agent %s, restore %s, tsc %lu kHz, guest %s",
+            qd->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg", qd->agent == QEMU_AGENT_VSOCK ? "vsock" : "tcp",
+            qd->restore == QEMU_RESTORE_MMAP ? "mmap" : "copy", qd->tsc_khz, qd->guest_dir);
   *out = &qd->base;
   return 0;
 fail:
@@ -171,19 +177,35 @@ static int qemu_clone(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *
    * state. Another tier needs another golden. */
   if (spec->size && strcmp(spec->size->name, g->size->name) != 0)
     return sbx_err(err, SBX_E_INVAL, "qemu: golden is %s, clone asks for %s", g->size->name, spec->size->name);
-  char state[PATH_MAX];
+  char state[PATH_MAX], ram[PATH_MAX];
   snprintf(state, sizeof state, "%s/state", g->dir);
-  qemu_vm_args va = {.size = g->size, .disk = g->disk, .incoming = state, .accel = g->accel, .agent = g->agent};
+  snprintf(ram, sizeof ram, "%s/ram", g->dir);
+  bool mm = g->restore == QEMU_RESTORE_MMAP;
+  qemu_vm_args va = {.size = g->size, .disk = g->disk, .incoming = state, .accel = g->accel, .agent = g->agent,
+                     .mem_path = mm ? ram : NULL, .mem_share = false};
   uint64_t t0 = sbx_now_ns();
   sbx_instance *s = NULL;
   int rc = qemu_vm_start(qd, spec->id, &va, &s, err);
   if (rc < 0) return rc;
+  if (mm) {
+    /* The clone's RAM is a private mapping of the golden's file: what the
+     * guest writes is copied on write, the rest stays shared page cache. */
+    const char *args = "{\"uri\":\"fd:" QEMU_INCOMING_FD_STR "\"}";
+    if ((rc = qemu_ignore_shared(s, err)) < 0 || (rc = qmp_cmd(s->qmp, "migrate-incoming", args, NULL, err)) < 0)
+      goto fail;
+  }
   uint64_t t1 = sbx_now_ns();
   /* -S -incoming: paused until the stream is in, then cont. */
   char st[32];
+  uint64_t deadline = sbx_now_ns() + RESTORE_TIMEOUT_MS * 1000000ull;
   for (;;) {
     if ((rc = qmp_status(s->qmp, st, sizeof st, err)) < 0) goto fail;
     if (strcmp(st, "inmigrate") != 0) break;
+    if (sbx_now_ns() >= deadline) {
+      rc = sbx_err(err, SBX_E_TIMEOUT, "qemu: restore of %s from %s still running after %d ms", spec->id, state,
+                   RESTORE_TIMEOUT_MS);
+      goto fail;
+    }
     usleep(2000);
   }
   if (strcmp(st, "prelaunch") != 0 && strcmp(st, "paused") != 0 && strcmp(st, "postmigrate") != 0 &&
@@ -240,7 +262,7 @@ static int qemu_snapshot(sbx_instance *s, const char *dir, sbx_error *err) {
   return sbx_err(err, SBX_E_UNSUPPORTED, "qemu: snapshot is not implemented yet");
 }
 
-static int qemu_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out,
+static int qemu_restore_op(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out,
                         sbx_error *err) {
   (void)d, (void)dir, (void)spec;
   *out = NULL;
@@ -298,7 +320,7 @@ const sbx_driver_ops sbx_qemu_driver_ops = {
     .pause = qemu_pause,
     .resume = qemu_resume,
     .snapshot = qemu_snapshot,
-    .restore = qemu_restore,
+    .restore = qemu_restore_op,
     .stats = qemu_stats,
     .wait = qemu_wait_op,
     .destroy = qemu_destroy,

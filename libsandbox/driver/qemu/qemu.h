@@ -23,9 +23,19 @@
 #include "../driver_internal.h"
 
 #define QEMU_AGENT_PORT 2048
+/* A clone's QEMU reads the golden's saved state from this fd. */
+#define QEMU_INCOMING_FD 3
+#define QEMU_INCOMING_FD_STR "3"
 
 typedef enum qemu_accel { QEMU_ACCEL_TCG = 0, QEMU_ACCEL_KVM = 1 } qemu_accel;
 typedef enum qemu_agent { QEMU_AGENT_TCP = 0, QEMU_AGENT_VSOCK = 1 } qemu_agent;
+/* copy: a clone reads the golden's RAM from the migration stream into its
+ * own memory. mmap: the golden's RAM is a file; a clone maps it private
+ * (copy-on-write) and the stream carries only device state. */
+typedef enum qemu_restore { QEMU_RESTORE_COPY = 0, QEMU_RESTORE_MMAP = 1 } qemu_restore;
+
+/* A host whose /dev/kvm never boots a guest is remembered until reboot. */
+#define QEMU_KVM_BROKEN_MARK "/run/sandbox-qemu.kvm-broken"
 
 typedef struct qemu_driver {
   sbx_driver base;
@@ -34,7 +44,9 @@ typedef struct qemu_driver {
   char *qemu_bin;
   int run_dirfd;
   qemu_accel accel;
+  bool accel_pinned; /* SBX_QEMU_ACCEL: no fallback from KVM to TCG */
   qemu_agent agent;
+  qemu_restore restore;
   unsigned long tsc_khz; /* 0 = unknown: the kernel calibrates */
   uint32_t next_cid;     /* vsock guest CIDs handed out by this driver */
 } qemu_driver;
@@ -50,6 +62,7 @@ struct sbx_golden {
   const sbx_size_tier *size;
   qemu_accel accel; /* a clone must run the machine its golden ran */
   qemu_agent agent;
+  qemu_restore restore; /* mmap: dir also holds "ram" */
 };
 
 /* What a QEMU process is: enough to rebuild the command line of a clone
@@ -58,6 +71,8 @@ typedef struct qemu_vm_args {
   const sbx_size_tier *size;
   const char *disk;     /* NULL = none */
   const char *incoming; /* migration file to restore from, NULL = cold boot */
+  const char *mem_path; /* file-backed guest RAM, NULL = anonymous */
+  bool mem_share;       /* golden: writes go to the file; clone: private COW */
   qemu_accel accel;
   qemu_agent agent;
   uint16_t port;        /* host TCP port forwarded to guest 2048 (tcp agent) */
@@ -105,6 +120,10 @@ int qemu_run_dir_path(const qemu_driver *qd, const char *id, const char *name, c
 unsigned long long qemu_proc_starttime(pid_t pid);
 int qemu_write_state(sbx_instance *s, sbx_error *err);
 
+/* x-ignore-shared: RAM in a shared file-backed block stays out of the
+ * stream (both ends must set it). */
+int qemu_ignore_shared(sbx_instance *s, sbx_error *err);
+
 /* identity.c: hostname, machine-id, a reseeded RNG and the wall clock. */
 int qemu_identity(sbx_instance *s, const char *hostname, sbx_error *err);
 
@@ -115,7 +134,7 @@ void qemu_golden_release(sbx_golden *g);
 int qemu_template_disk(qemu_driver *qd, const char *name, const char *root, char **out, sbx_error *err);
 int qemu_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err);
 
-/* Run argv (a helper: mkfs, the guest image builder), stdout to stderr;
+/* Run argv (a helper: mkfs, the guest image builder), stdout dropped;
  * SBX_E_OS / SBX_E_REMOTE when it cannot start or exits non-zero. */
 int qemu_run_helper(const char *const *argv, sbx_error *err);
 

@@ -117,7 +117,12 @@ static int build_argv(qemu_driver *qd, const char *dir, const qemu_vm_args *a, a
   add(av, "%s", qd->qemu_bin);
   add(av, "-M");
   /* The ISA serial port carries the console (console.log). */
-  add(av, "microvm,x-option-roms=off,isa-serial=on");
+  add(av, "microvm,x-option-roms=off,isa-serial=on%s", a->mem_path ? ",memory-backend=ram" : "");
+  if (a->mem_path) {
+    add(av, "-object");
+    add(av, "memory-backend-file,id=ram,size=%lluM,mem-path=%s,share=%s", (unsigned long long)(sz->mem_bytes >> 20),
+        a->mem_path, a->mem_share ? "on" : "off");
+  }
   add(av, "-accel");
   add(av, "%s", a->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg");
   add(av, "-cpu");
@@ -165,8 +170,16 @@ static int build_argv(qemu_driver *qd, const char *dir, const qemu_vm_args *a, a
   if (a->incoming) {
     add(av, "-S");
     add(av, "-incoming");
-    add(av, "exec:cat '%s'", a->incoming);
+    /* The saved state comes in on fd 3, opened by us: no helper process,
+     * so a clone's QEMU may not spawn any. mmap: the capability must be set
+     * before the stream is read, which only QMP can do; the clone then
+     * starts it with migrate-incoming fd:3. */
+    add(av, "%s", a->mem_path ? "defer" : "fd:" QEMU_INCOMING_FD_STR);
   }
+  /* seccomp: a clone runs untrusted code from its first instruction. The
+   * golden builder keeps spawn, for its exec: migration target. */
+  add(av, "-sandbox");
+  add(av, "on,obsolete=deny,elevateprivileges=deny,resourcecontrol=deny,spawn=%s", a->incoming ? "deny" : "allow");
   if (av->n >= ARGV_MAX) return sbx_err(err, SBX_E_INTERNAL, "qemu: command line too long");
   av->v[av->n] = NULL;
   return 0;
@@ -176,8 +189,8 @@ int qemu_vm_start(qemu_driver *qd, const char *id, const qemu_vm_args *a, sbx_in
   *out = NULL;
   int rc = sbx_check_id(id, err);
   if (rc < 0) return rc;
-  if (a->incoming && strchr(a->incoming, '\''))
-    return sbx_err(err, SBX_E_INVAL, "qemu: migration file name holds a quote");
+  if (a->mem_path && strchr(a->mem_path, ','))
+    return sbx_err(err, SBX_E_INVAL, "qemu: a golden's path holds a comma");
   char dir[PATH_MAX], qmp_path[PATH_MAX];
   if ((rc = qemu_run_dir_path(qd, id, NULL, dir, sizeof dir, err)) < 0) return rc;
   if ((rc = qemu_run_dir_path(qd, id, "qmp.sock", qmp_path, sizeof qmp_path, err)) < 0) return rc;
@@ -203,6 +216,8 @@ int qemu_vm_start(qemu_driver *qd, const char *id, const qemu_vm_args *a, sbx_in
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (a->incoming)
+    posix_spawn_file_actions_addopen(&fa, QEMU_INCOMING_FD, a->incoming, O_RDONLY | O_NOFOLLOW, 0);
   posix_spawnattr_t at;
   posix_spawnattr_init(&at);
   sigset_t none;
@@ -254,6 +269,11 @@ int qemu_vm_start(qemu_driver *qd, const char *id, const qemu_vm_args *a, sbx_in
 fail_dir:
   sbx_rm_rf_at(qd->run_dirfd, id, NULL);
   return rc;
+}
+
+int qemu_ignore_shared(sbx_instance *s, sbx_error *err) {
+  return qmp_cmd(s->qmp, "migrate-set-capabilities",
+                 "{\"capabilities\":[{\"capability\":\"x-ignore-shared\",\"state\":true}]}", NULL, err);
 }
 
 int qemu_vm_agent_dial(sbx_instance *s, sbx_error *err) {

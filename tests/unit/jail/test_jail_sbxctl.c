@@ -61,9 +61,9 @@ static void test_local_run_usage_errors(void **state) {
   assert_int_equal(run_sbxctl(no_cmd, out, sizeof out, err, sizeof err), 2);
   const char *bad_size[] = {"sbxctl", "local", "run", "--size", "huge", "--", "true", NULL};
   assert_int_equal(run_sbxctl(bad_size, out, sizeof out, err, sizeof err), 2);
-  const char *bad_driver[] = {"sbxctl", "local", "run", "--driver", "qemu", "--", "true", NULL};
+  const char *bad_driver[] = {"sbxctl", "local", "run", "--driver", "firecracker", "--", "true", NULL};
   assert_int_equal(run_sbxctl(bad_driver, out, sizeof out, err, sizeof err), 125);
-  assert_non_null(strstr(err, "qemu"));
+  assert_non_null(strstr(err, "firecracker"));
   const char *version[] = {"sbxctl", "--version", NULL};
   assert_int_equal(run_sbxctl(version, out, sizeof out, err, sizeof err), 0);
   assert_non_null(strstr(out, "sbxctl "));
