@@ -66,14 +66,15 @@ static int shell_loop(sbx_pty *p, int *code, sbx_error *err) {
   char buf[16384];
   bool in_open = true;
   for (;;) {
+    /* Frames can already sit in the connection's buffer (the shell's first
+     * prompt often arrives in the same read as `started`): deliver them
+     * before waiting on the socket, or poll would sleep on data we hold. */
+    int rc = sbx_pty_read(p, out_cb, NULL, 0, code, err);
+    if (rc != 0) return rc < 0 ? rc : 0;
     struct pollfd pf[3] = {{sbx_pty_fd(p), POLLIN, 0}, {winch_pipe[0], POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
     int n = poll(pf, in_open ? 3 : 2, -1);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return sbx_err_os(err, errno, "poll");
-    if (pf[0].revents) {
-      int rc = sbx_pty_read(p, out_cb, NULL, 0, code, err);
-      if (rc != 0) return rc < 0 ? rc : 0;
-    }
     if (pf[1].revents) {
       while (read(winch_pipe[0], buf, sizeof buf) > 0) {
       }
@@ -91,8 +92,7 @@ static int shell_loop(sbx_pty *p, int *code, sbx_error *err) {
         in_open = false;
         continue;
       }
-      int rc = sbx_pty_write(p, buf, (size_t)k, err);
-      if (rc < 0) return rc;
+      if ((rc = sbx_pty_write(p, buf, (size_t)k, err)) < 0) return rc;
     }
   }
 }

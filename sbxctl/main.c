@@ -6,11 +6,13 @@
 #include <sandbox/sandbox.h>
 
 #include "local.h"
+#include "mcp.h"
 #include "remote.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: sbxctl [--version] [--help]\n"
              "       sbxctl local run [--template T] [--size S] [--driver D] -- ARGV...\n"
+             "       sbxctl mcp [--addr A] [--token T] [--template T]  (MCP server on stdio, docs/mcp.md)\n"
              "       sbxctl [--addr ADDR] [--token TOKEN] [--json] COMMAND [ARGS]  (see below)\n\n");
 }
 
@@ -25,6 +27,7 @@ int main(int argc, char **argv) {
     return sbxctl_remote_main(argc, argv);
   }
   if (argc >= 2 && strcmp(argv[1], "local") == 0) return sbxctl_local_main(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "mcp") == 0) return sbxctl_mcp_main(argc - 1, argv + 1);
   if (argc >= 2 && sbxctl_remote_handles(argc, argv)) return sbxctl_remote_main(argc, argv);
   usage(stderr);
   return 2;

@@ -317,7 +317,10 @@ typedef struct sbx_pty_opts {
 /* pty_open on a connection of its own (never parked). */
 int sbx_sandbox_open_pty(sbx_sandbox *s, const sbx_pty_opts *opts, sbx_pty **out, sbx_error *err);
 uint32_t sbx_pty_pid(const sbx_pty *p);
-int sbx_pty_fd(const sbx_pty *p); /* poll it for readability, then sbx_pty_read */
+/* The connection fd, to poll for readability. Frames may already be buffered
+ * (output often arrives with `started`): call sbx_pty_read(..., 0, ...) before
+ * each poll, or poll can sleep on output that was already received. */
+int sbx_pty_fd(const sbx_pty *p);
 int sbx_pty_write(sbx_pty *p, const void *data, size_t n, sbx_error *err);
 /* Deliver the output already available (timeout_ms 0) or within
  * timeout_ms. Returns 1 when the shell exited (*exit_code set), else 0. */

@@ -38,7 +38,7 @@ const sbx_size_tier *sbx_size_tier_get(const char *name) {
   return NULL;
 }
 
-int sbx_check_id(const char *id, sbx_error *err) {
+int sbxi_check_id(const char *id, sbx_error *err) {
   size_t n = id ? strlen(id) : 0;
   if (n == 0 || n >= SBX_ID_MAX || strcmp(id, ".") == 0 || strcmp(id, "..") == 0)
     return sbx_err(err, SBX_E_INVAL, "invalid sandbox id");
@@ -65,10 +65,10 @@ const sbx_driver_ops *sbx_driver_get(const char *name, sbx_error *err) {
      * even runs a toy guest) while a real kernel never boots, so picking
      * qemu from kvm_usable() alone would break them. See docs/drivers.md. */
     (void)kvm_usable;
-    return &sbx_jail_driver_ops;
+    return &sbxi_jail_driver_ops;
   }
-  if (strcmp(name, "jail") == 0) return &sbx_jail_driver_ops;
-  if (strcmp(name, "qemu") == 0) return &sbx_qemu_driver_ops;
+  if (strcmp(name, "jail") == 0) return &sbxi_jail_driver_ops;
+  if (strcmp(name, "qemu") == 0) return &sbxi_qemu_driver_ops;
   sbx_err(err, SBX_E_NOTFOUND, "unknown driver \"%s\" (jail, qemu, auto)", name);
   return NULL;
 }

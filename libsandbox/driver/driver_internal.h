@@ -14,10 +14,10 @@ typedef struct sbx_instance_hdr {
   pid_t pid;
 } sbx_instance_hdr;
 
-extern const sbx_driver_ops sbx_jail_driver_ops;
-extern const sbx_driver_ops sbx_qemu_driver_ops;
+extern const sbx_driver_ops sbxi_jail_driver_ops;
+extern const sbx_driver_ops sbxi_qemu_driver_ops;
 
 /* [a-zA-Z0-9._-]{1,63}, not "." or "..": safe as a file and cgroup name. */
-int sbx_check_id(const char *id, sbx_error *err);
+int sbxi_check_id(const char *id, sbx_error *err);
 
 #endif

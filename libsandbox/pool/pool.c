@@ -63,7 +63,7 @@ int sbx_pool_mgr_new(const sbx_pool_provider *prov, unsigned workers, sbx_pool_m
   sbx_pool_mgr *m = sbx_calloc(1, sizeof *m);
   m->prov = *prov;
   m->budget = workers ? workers : 1;
-  int rc = sbx_workq_new(m->budget, &m->q, err);
+  int rc = sbxi_workq_new(m->budget, &m->q, err);
   if (rc < 0) {
     sbx_free(m);
     return rc;
@@ -80,7 +80,7 @@ static void pool_free(struct pool *p) {
 void sbx_pool_mgr_free(sbx_pool_mgr *m) {
   if (!m) return;
   /* Completions still reference pools, so the queue goes first. */
-  sbx_workq_free(m->q);
+  sbxi_workq_free(m->q);
   for (size_t i = 0; i < m->npools; i++) {
     struct pool *p = m->pools[i];
     if (m->prov.forget)
@@ -91,7 +91,7 @@ void sbx_pool_mgr_free(sbx_pool_mgr *m) {
   sbx_free(m);
 }
 
-int sbx_pool_mgr_fd(const sbx_pool_mgr *m) { return sbx_workq_fd(m->q); }
+int sbx_pool_mgr_fd(const sbx_pool_mgr *m) { return sbxi_workq_fd(m->q); }
 
 static struct pool *find_pool(const sbx_pool_mgr *m, const sbx_pool_key *key) {
   for (size_t i = 0; i < m->npools; i++)
@@ -163,7 +163,7 @@ void sbx_pool_mgr_destroy(sbx_pool_mgr *m, void *inst) {
   struct destroy_job *j = sbx_malloc(sizeof *j);
   j->m = m;
   j->inst = inst;
-  sbx_workq_submit(m->q, destroy_work, destroy_done, j, false);
+  sbxi_workq_submit(m->q, destroy_work, destroy_done, j, false);
 }
 
 static void pool_destroy_top(sbx_pool_mgr *m, struct pool *p, size_t keep) {
@@ -284,7 +284,7 @@ static void refill_pass(sbx_pool_mgr *m, uint64_t now) {
           j->m = m;
           j->p = p;
           p->preparing = true;
-          sbx_workq_submit(m->q, prepare_work, prepare_done, j, false);
+          sbxi_workq_submit(m->q, prepare_work, prepare_done, j, false);
         }
         continue;
       }
@@ -297,7 +297,7 @@ static void refill_pass(sbx_pool_mgr *m, uint64_t now) {
       j->p = p;
       p->refilling++;
       m->inflight++;
-      sbx_workq_submit(m->q, refill_work, refill_done, j, false);
+      sbxi_workq_submit(m->q, refill_work, refill_done, j, false);
     }
   }
 }
@@ -324,11 +324,11 @@ void sbx_pool_mgr_kick(sbx_pool_mgr *m) {
   m->kick_due_ns = 0;
   if (m->kick_pending) return;
   m->kick_pending = true;
-  sbx_workq_wake(m->q);
+  sbxi_workq_wake(m->q);
 }
 
 void sbx_pool_mgr_dispatch(sbx_pool_mgr *m) {
-  sbx_workq_dispatch(m->q);
+  sbxi_workq_dispatch(m->q);
   collect_removed(m);
   if (m->kick_pending) {
     m->kick_pending = false;
@@ -452,7 +452,7 @@ size_t sbx_pool_mgr_stats(const sbx_pool_mgr *m, sbx_pool_stat *out, size_t max)
 }
 
 void sbx_pool_mgr_submit(sbx_pool_mgr *m, sbx_job_fn work, sbx_job_done_fn done, void *arg, bool urgent) {
-  sbx_workq_submit(m->q, work, done, arg, urgent);
+  sbxi_workq_submit(m->q, work, done, arg, urgent);
 }
 
 /* ---- provision on a miss ---- */
@@ -501,5 +501,5 @@ void sbx_pool_mgr_provision(sbx_pool_mgr *m, const sbx_pool_key *key, int probe_
   j->probe_ms = probe_ms;
   j->done = done;
   j->arg = arg;
-  sbx_workq_submit(m->q, prov_work, prov_done, j, true);
+  sbxi_workq_submit(m->q, prov_work, prov_done, j, true);
 }

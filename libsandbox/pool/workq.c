@@ -80,7 +80,7 @@ static void *worker(void *p) {
   return NULL;
 }
 
-int sbx_workq_new(unsigned threads, sbx_workq **out, sbx_error *err) {
+int sbxi_workq_new(unsigned threads, sbx_workq **out, sbx_error *err) {
   if (threads == 0) threads = 1;
   sbx_workq *q = sbx_calloc(1, sizeof *q);
   pthread_mutex_init(&q->mu, NULL);
@@ -96,7 +96,7 @@ int sbx_workq_new(unsigned threads, sbx_workq **out, sbx_error *err) {
     int rc = pthread_create(&q->threads[i], NULL, worker, q);
     if (rc != 0) {
       q->nthreads = i;
-      sbx_workq_free(q);
+      sbxi_workq_free(q);
       return sbx_err_os(err, rc, "pthread_create");
     }
   }
@@ -105,7 +105,7 @@ int sbx_workq_new(unsigned threads, sbx_workq **out, sbx_error *err) {
   return 0;
 }
 
-void sbx_workq_free(sbx_workq *q) {
+void sbxi_workq_free(sbx_workq *q) {
   if (!q) return;
   pthread_mutex_lock(&q->mu);
   q->stopping = true;
@@ -128,7 +128,7 @@ void sbx_workq_free(sbx_workq *q) {
   sbx_free(q);
 }
 
-void sbx_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void *arg, bool urgent) {
+void sbxi_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void *arg, bool urgent) {
   struct job *j = sbx_calloc(1, sizeof *j);
   j->work = work;
   j->done = done;
@@ -140,11 +140,11 @@ void sbx_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void 
   pthread_mutex_unlock(&q->mu);
 }
 
-int sbx_workq_fd(const sbx_workq *q) { return q->efd; }
+int sbxi_workq_fd(const sbx_workq *q) { return q->efd; }
 
-void sbx_workq_wake(sbx_workq *q) { signal_fd(q->efd); }
+void sbxi_workq_wake(sbx_workq *q) { signal_fd(q->efd); }
 
-int sbx_workq_dispatch(sbx_workq *q) {
+int sbxi_workq_dispatch(sbx_workq *q) {
   uint64_t v;
   ssize_t r = read(q->efd, &v, sizeof v);
   (void)r;

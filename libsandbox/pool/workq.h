@@ -8,15 +8,15 @@
 
 typedef struct sbx_workq sbx_workq;
 
-int sbx_workq_new(unsigned threads, sbx_workq **out, sbx_error *err);
+int sbxi_workq_new(unsigned threads, sbx_workq **out, sbx_error *err);
 /* Joins the threads after the running jobs end; queued jobs and pending
  * completions get done(arg, true) on the calling thread. */
-void sbx_workq_free(sbx_workq *q);
-void sbx_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void *arg, bool urgent);
-int sbx_workq_fd(const sbx_workq *q);
+void sbxi_workq_free(sbx_workq *q);
+void sbxi_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void *arg, bool urgent);
+int sbxi_workq_fd(const sbx_workq *q);
 /* Make the fd readable without a finished job (a merged kick). */
-void sbx_workq_wake(sbx_workq *q);
+void sbxi_workq_wake(sbx_workq *q);
 /* Run every finished job's done callback; returns how many ran. */
-int sbx_workq_dispatch(sbx_workq *q);
+int sbxi_workq_dispatch(sbx_workq *q);
 
 #endif

@@ -48,7 +48,7 @@ static int rm_rf_in(int dfd, const char *name, dev_t dev, int depth, sbx_error *
   return 0;
 }
 
-int sbx_rm_rf_at(int dirfd, const char *name, sbx_error *err) {
+int sbxi_rm_rf_at(int dirfd, const char *name, sbx_error *err) {
   struct stat st;
   if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno == ENOENT) return 0;
@@ -57,7 +57,7 @@ int sbx_rm_rf_at(int dirfd, const char *name, sbx_error *err) {
   return rm_rf_in(dirfd, name, st.st_dev, 0, err);
 }
 
-int sbx_mkdir_p(const char *path, unsigned mode, sbx_error *err) {
+int sbxi_mkdir_p(const char *path, unsigned mode, sbx_error *err) {
   char buf[PATH_MAX];
   size_t n = strlen(path);
   if (n == 0 || n >= sizeof buf || path[0] != '/') return sbx_err(err, SBX_E_INVAL, "bad directory path \"%s\"", path);

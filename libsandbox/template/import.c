@@ -198,17 +198,17 @@ static int extract(const char *archive, int root, sbx_error *err) {
   return rc;
 }
 
-int sbx_tpl_import(const char *templates_dir, const char *name, const char *archive, sbx_layers *out,
+int sbxi_tpl_import(const char *templates_dir, const char *name, const char *archive, sbx_layers *out,
                    sbx_error *err) {
   memset(out, 0, sizeof *out);
-  int rc = sbx_tpl_check_name(name, err);
+  int rc = sbxi_tpl_check_name(name, err);
   if (rc < 0) return rc;
-  if ((rc = sbx_mkdir_p(templates_dir, 0755, err)) < 0) return rc;
+  if ((rc = sbxi_mkdir_p(templates_dir, 0755, err)) < 0) return rc;
   int tfd = open(templates_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (tfd < 0) return sbx_err_os(err, errno, "open %s", templates_dir);
   char tmp[96], rootfs[PATH_MAX];
   snprintf(tmp, sizeof tmp, ".%s.import.%d", name, (int)getpid());
-  sbx_rm_rf_at(tfd, tmp, NULL);
+  sbxi_rm_rf_at(tfd, tmp, NULL);
   if (mkdirat(tfd, tmp, 0755) < 0) {
     rc = sbx_err_os(err, errno, "mkdir %s/%s", templates_dir, tmp);
     close(tfd);
@@ -224,11 +224,11 @@ int sbx_tpl_import(const char *templates_dir, const char *name, const char *arch
   }
   /* A failed import leaves the previous template (if any) untouched. */
   if (rc == 0) {
-    sbx_rm_rf_at(tfd, name, NULL);
+    sbxi_rm_rf_at(tfd, name, NULL);
     if (renameat(tfd, tmp, tfd, name) < 0) rc = sbx_err_os(err, errno, "rename into %s/%s", templates_dir, name);
   }
-  if (rc < 0) sbx_rm_rf_at(tfd, tmp, NULL);
+  if (rc < 0) sbxi_rm_rf_at(tfd, tmp, NULL);
   close(tfd);
   if (rc < 0) return rc;
-  return sbx_tpl_dir(templates_dir, name, NULL, out, err);
+  return sbxi_tpl_dir(templates_dir, name, NULL, out, err);
 }

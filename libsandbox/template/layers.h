@@ -28,34 +28,34 @@ typedef struct sbx_layers {
   sbx_layer_point pts[SBX_POINTS_MAX];
 } sbx_layers;
 
-void sbx_layers_free(sbx_layers *l);
-void sbx_layers_copy(sbx_layers *dst, const sbx_layers *src);
+void sbxi_layers_free(sbx_layers *l);
+void sbxi_layers_copy(sbx_layers *dst, const sbx_layers *src);
 /* Put dir on top of point i. SBX_E_TOOBIG past SBX_LOWERS_MAX. */
-int sbx_layers_push(sbx_layers *l, size_t i, const char *dir, sbx_error *err);
+int sbxi_layers_push(sbx_layers *l, size_t i, const char *dir, sbx_error *err);
 
 /* The built-in "host" template, created (idempotently, atomically) under
  * templates_dir/host: a skeleton root, the host's /usr and /etc as lowers,
  * and a mask layer that whites out secrets of /etc. */
-int sbx_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err);
+int sbxi_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err);
 /* A directory root: path given (registered as templates_dir/name/rootfs, a
  * symlink) or looked up there. */
-int sbx_tpl_dir(const char *templates_dir, const char *name, const char *path, sbx_layers *out, sbx_error *err);
+int sbxi_tpl_dir(const char *templates_dir, const char *name, const char *path, sbx_layers *out, sbx_error *err);
 
 /* Import a root filesystem archive (anything libarchive reads) as
  * templates_dir/name/rootfs, built beside and renamed into place. Member
  * names that are absolute or hold "..", and members that would be created
  * through a symlink, reject the whole archive; device nodes are skipped
  * (a jail's /dev is its own). */
-int sbx_tpl_import(const char *templates_dir, const char *name, const char *archive, sbx_layers *out,
+int sbxi_tpl_import(const char *templates_dir, const char *name, const char *archive, sbx_layers *out,
                    sbx_error *err);
 
 /* A template name usable as one directory: [A-Za-z0-9._-]{1,63}, no leading dot. */
-int sbx_tpl_check_name(const char *name, sbx_error *err);
+int sbxi_tpl_check_name(const char *name, sbx_error *err);
 
 /* rm -rf of name under dirfd, never following symlinks, staying on one
  * file system. Missing is fine. */
-int sbx_rm_rf_at(int dirfd, const char *name, sbx_error *err);
+int sbxi_rm_rf_at(int dirfd, const char *name, sbx_error *err);
 /* mkdir -p of an absolute host path (trusted), mode for new components. */
-int sbx_mkdir_p(const char *path, unsigned mode, sbx_error *err);
+int sbxi_mkdir_p(const char *path, unsigned mode, sbx_error *err);
 
 #endif

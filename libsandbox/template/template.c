@@ -15,19 +15,19 @@
 
 #include "layers.h"
 
-void sbx_layers_free(sbx_layers *l) {
+void sbxi_layers_free(sbx_layers *l) {
   for (size_t i = 0; i < l->npoints; i++)
     for (size_t j = 0; j < l->pts[i].nlowers; j++) sbx_free(l->pts[i].lowers[j]);
   memset(l, 0, sizeof *l);
 }
 
-void sbx_layers_copy(sbx_layers *dst, const sbx_layers *src) {
+void sbxi_layers_copy(sbx_layers *dst, const sbx_layers *src) {
   *dst = *src;
   for (size_t i = 0; i < src->npoints; i++)
     for (size_t j = 0; j < src->pts[i].nlowers; j++) dst->pts[i].lowers[j] = sbx_strdup(src->pts[i].lowers[j]);
 }
 
-int sbx_layers_push(sbx_layers *l, size_t i, const char *dir, sbx_error *err) {
+int sbxi_layers_push(sbx_layers *l, size_t i, const char *dir, sbx_error *err) {
   sbx_layer_point *p = &l->pts[i];
   if (p->nlowers >= SBX_LOWERS_MAX) return sbx_err(err, SBX_E_TOOBIG, "more than %d layers", SBX_LOWERS_MAX);
   memmove(&p->lowers[1], &p->lowers[0], p->nlowers * sizeof p->lowers[0]);
@@ -59,7 +59,7 @@ static int whiteout(const char *layer, const char *rel, sbx_error *err) {
   snprintf(path, sizeof path, "%s/%s", layer, rel);
   char *slash = strrchr(path, '/');
   *slash = '\0';
-  int rc = sbx_mkdir_p(path, 0755, err);
+  int rc = sbxi_mkdir_p(path, 0755, err);
   if (rc < 0) return rc;
   *slash = '/';
   if (mknod(path, S_IFCHR | 0, makedev(0, 0)) < 0 && errno != EEXIST)
@@ -72,7 +72,7 @@ static int build_host_dir(const char *dir, sbx_error *err) {
   int rc;
   for (size_t i = 0; i < sizeof skel_dirs / sizeof skel_dirs[0]; i++) {
     snprintf(path, sizeof path, "%s/skel/%s", dir, skel_dirs[i]);
-    if ((rc = sbx_mkdir_p(path, 0755, err)) < 0) return rc;
+    if ((rc = sbxi_mkdir_p(path, 0755, err)) < 0) return rc;
   }
   snprintf(path, sizeof path, "%s/skel/tmp", dir);
   chmod(path, 01777);
@@ -90,7 +90,7 @@ static int build_host_dir(const char *dir, sbx_error *err) {
     if (symlink(target, path) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "symlink %s", path);
   }
   snprintf(path, sizeof path, "%s/mask-etc", dir);
-  if ((rc = sbx_mkdir_p(path, 0755, err)) < 0) return rc;
+  if ((rc = sbxi_mkdir_p(path, 0755, err)) < 0) return rc;
   for (size_t i = 0; etc_masks[i]; i++) {
     char pat[PATH_MAX];
     snprintf(pat, sizeof pat, "/etc/%s", etc_masks[i]);
@@ -103,12 +103,12 @@ static int build_host_dir(const char *dir, sbx_error *err) {
   return 0;
 }
 
-int sbx_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err) {
+int sbxi_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err) {
   memset(out, 0, sizeof *out);
   char dir[PATH_MAX], ready[PATH_MAX];
   snprintf(dir, sizeof dir, "%s/host", templates_dir);
   snprintf(ready, sizeof ready, "%s/.ready", dir);
-  int rc = sbx_mkdir_p(templates_dir, 0755, err);
+  int rc = sbxi_mkdir_p(templates_dir, 0755, err);
   if (rc < 0) return rc;
   if (access(ready, F_OK) != 0) {
     /* Built beside and renamed into place, so a crash or a concurrent
@@ -117,7 +117,7 @@ int sbx_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err) {
     snprintf(tmp, sizeof tmp, "%s/.host.tmp.%d", templates_dir, (int)getpid());
     int tfd = open(templates_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (tfd < 0) return sbx_err_os(err, errno, "open %s", templates_dir);
-    sbx_rm_rf_at(tfd, strrchr(tmp, '/') + 1, NULL);
+    sbxi_rm_rf_at(tfd, strrchr(tmp, '/') + 1, NULL);
     if ((rc = build_host_dir(tmp, err)) == 0) {
       char r[PATH_MAX];
       snprintf(r, sizeof r, "%s/.ready", tmp);
@@ -126,35 +126,35 @@ int sbx_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err) {
       if (rename(tmp, dir) < 0 && errno != EEXIST && errno != ENOTEMPTY)
         rc = sbx_err_os(err, errno, "rename %s", tmp);
     }
-    sbx_rm_rf_at(tfd, strrchr(tmp, '/') + 1, NULL);
+    sbxi_rm_rf_at(tfd, strrchr(tmp, '/') + 1, NULL);
     close(tfd);
     if (rc < 0) return rc;
   }
   char path[PATH_MAX];
   if ((rc = add_point(out, "", err)) < 0) goto fail;
   snprintf(path, sizeof path, "%s/skel", dir);
-  sbx_layers_push(out, 0, path, err);
+  sbxi_layers_push(out, 0, path, err);
   if ((rc = add_point(out, "usr", err)) < 0) goto fail;
-  sbx_layers_push(out, 1, "/usr", err);
+  sbxi_layers_push(out, 1, "/usr", err);
   if ((rc = add_point(out, "etc", err)) < 0) goto fail;
-  sbx_layers_push(out, 2, "/etc", err);
+  sbxi_layers_push(out, 2, "/etc", err);
   snprintf(path, sizeof path, "%s/mask-etc", dir);
-  sbx_layers_push(out, 2, path, err);
+  sbxi_layers_push(out, 2, path, err);
   for (size_t i = 0; i < sizeof usr_links / sizeof usr_links[0]; i++) {
     char host[32];
     struct stat st;
     snprintf(host, sizeof host, "/%s", usr_links[i]);
     if (lstat(host, &st) < 0 || !S_ISDIR(st.st_mode)) continue;
     if ((rc = add_point(out, usr_links[i], err)) < 0) goto fail;
-    sbx_layers_push(out, out->npoints - 1, host, err);
+    sbxi_layers_push(out, out->npoints - 1, host, err);
   }
   return 0;
 fail:
-  sbx_layers_free(out);
+  sbxi_layers_free(out);
   return rc;
 }
 
-int sbx_tpl_check_name(const char *name, sbx_error *err) {
+int sbxi_tpl_check_name(const char *name, sbx_error *err) {
   size_t n = name ? strlen(name) : 0;
   /* The spec's template grammar allows '/' and ':'; on disk a template is
    * one directory, so only the file-name-safe subset is taken here. */
@@ -168,9 +168,9 @@ int sbx_tpl_check_name(const char *name, sbx_error *err) {
   return 0;
 }
 
-int sbx_tpl_dir(const char *templates_dir, const char *name, const char *path, sbx_layers *out, sbx_error *err) {
+int sbxi_tpl_dir(const char *templates_dir, const char *name, const char *path, sbx_layers *out, sbx_error *err) {
   memset(out, 0, sizeof *out);
-  int rc = sbx_tpl_check_name(name, err);
+  int rc = sbxi_tpl_check_name(name, err);
   if (rc < 0) return rc;
   char dir[PATH_MAX], root[PATH_MAX];
   snprintf(dir, sizeof dir, "%s/%s", templates_dir, name);
@@ -180,7 +180,7 @@ int sbx_tpl_dir(const char *templates_dir, const char *name, const char *path, s
     if (!realpath(path, real)) return sbx_err_os(err, errno, "template root %s", path);
     struct stat st;
     if (stat(real, &st) < 0 || !S_ISDIR(st.st_mode)) return sbx_err(err, SBX_E_INVAL, "%s is not a directory", real);
-    if ((rc = sbx_mkdir_p(dir, 0755, err)) < 0) return rc;
+    if ((rc = sbxi_mkdir_p(dir, 0755, err)) < 0) return rc;
     unlink(root);
     if (symlink(real, root) < 0) return sbx_err_os(err, errno, "register %s", root);
     snprintf(root, sizeof root, "%s", real);
@@ -193,6 +193,6 @@ int sbx_tpl_dir(const char *templates_dir, const char *name, const char *path, s
     snprintf(root, sizeof root, "%s", real);
   }
   add_point(out, "", err);
-  sbx_layers_push(out, 0, root, err);
+  sbxi_layers_push(out, 0, root, err);
   return 0;
 }

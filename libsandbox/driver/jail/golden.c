@@ -18,14 +18,14 @@ int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   jail_driver *jd = (jail_driver *)d;
   *out = NULL;
   sbx_golden *g = sbx_calloc(1, sizeof *g);
-  sbx_layers_copy(&g->layers, &t->layers);
+  sbxi_layers_copy(&g->layers, &t->layers);
   if (!spec || !spec->key || !spec->warmup) {
     *out = g; /* no warmup: the template's layers are the golden */
     return 0;
   }
-  int rc = sbx_check_id(spec->key, err);
+  int rc = sbxi_check_id(spec->key, err);
   if (rc < 0) goto fail;
-  if ((rc = sbx_mkdir_p(jd->goldens_dir, 0700, err)) < 0) goto fail;
+  if ((rc = sbxi_mkdir_p(jd->goldens_dir, 0700, err)) < 0) goto fail;
   char final[PATH_MAX], tmp[PATH_MAX], ready[PATH_MAX];
   snprintf(final, sizeof final, "%s/%s", jd->goldens_dir, spec->key);
   snprintf(ready, sizeof ready, "%s/.ready", final);
@@ -73,7 +73,7 @@ int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
         rc = sbx_err_os(err, errno, "open %s", tmp);
         break;
       }
-      rc = sbx_rm_rf_at(tfd, w, err);
+      rc = sbxi_rm_rf_at(tfd, w, err);
       if (rc == 0) {
         int fd = openat(tfd, ".ready", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
         if (fd >= 0) close(fd);
@@ -82,18 +82,18 @@ int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
     }
     if (rc == 0 && renameat(gfd, tname, gfd, spec->key) < 0) {
       if ((errno == EEXIST || errno == ENOTEMPTY) && access(ready, F_OK) == 0)
-        sbx_rm_rf_at(gfd, tname, NULL); /* another builder finished first */
+        sbxi_rm_rf_at(gfd, tname, NULL); /* another builder finished first */
       else
         rc = sbx_err_os(err, errno, "rename %s", tmp);
     }
-    if (rc < 0) sbx_rm_rf_at(gfd, tname, NULL);
+    if (rc < 0) sbxi_rm_rf_at(gfd, tname, NULL);
     close(gfd);
     if (rc < 0) goto fail;
   }
   for (size_t i = 0; i < g->layers.npoints; i++) {
     char layer[PATH_MAX];
     snprintf(layer, sizeof layer, "%s/u%zu", final, i);
-    if ((rc = sbx_layers_push(&g->layers, i, layer, err)) < 0) goto fail;
+    if ((rc = sbxi_layers_push(&g->layers, i, layer, err)) < 0) goto fail;
   }
   *out = g;
   return 0;

@@ -41,12 +41,12 @@ static int jail_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
   *out = NULL;
   if (geteuid() != 0) return sbx_err(err, SBX_E_UNSUPPORTED, "the jail driver needs root");
   jail_driver *jd = sbx_calloc(1, sizeof *jd);
-  jd->base.ops = &sbx_jail_driver_ops;
+  jd->base.ops = &sbxi_jail_driver_ops;
   jd->run_dirfd = jd->silkd_fd = jd->devnull_fd = -1;
   jd->templates_dir = sbx_strdup(cfg->templates_dir ? cfg->templates_dir : DEFAULT_STATE "/templates");
   jd->goldens_dir = sbx_strdup(cfg->goldens_dir ? cfg->goldens_dir : DEFAULT_STATE "/goldens");
   jd->run_dir = sbx_strdup(cfg->run_dir ? cfg->run_dir : "/run/sandbox");
-  int rc = sbx_mkdir_p(jd->run_dir, 0700, err);
+  int rc = sbxi_mkdir_p(jd->run_dir, 0700, err);
   if (rc < 0) goto fail;
   if ((jd->run_dirfd = open(jd->run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
     rc = sbx_err_os(err, errno, "open %s", jd->run_dir);
@@ -92,11 +92,11 @@ static int jail_template_prepare(sbx_driver *d, const sbx_template_spec *spec, s
   sbx_template *t = sbx_calloc(1, sizeof *t);
   int rc;
   if (spec && spec->archive)
-    rc = sbx_tpl_import(jd->templates_dir, name, spec->archive, &t->layers, err);
+    rc = sbxi_tpl_import(jd->templates_dir, name, spec->archive, &t->layers, err);
   else if (strcmp(name, "host") == 0 && !(spec && spec->path))
-    rc = sbx_tpl_host(jd->templates_dir, &t->layers, err);
+    rc = sbxi_tpl_host(jd->templates_dir, &t->layers, err);
   else
-    rc = sbx_tpl_dir(jd->templates_dir, name, spec ? spec->path : NULL, &t->layers, err);
+    rc = sbxi_tpl_dir(jd->templates_dir, name, spec ? spec->path : NULL, &t->layers, err);
   if (rc < 0) {
     sbx_free(t);
     return rc;
@@ -106,12 +106,12 @@ static int jail_template_prepare(sbx_driver *d, const sbx_template_spec *spec, s
 }
 
 static void jail_template_release(sbx_template *t) {
-  sbx_layers_free(&t->layers);
+  sbxi_layers_free(&t->layers);
   sbx_free(t);
 }
 
 void jail_golden_release(sbx_golden *g) {
-  sbx_layers_free(&g->layers);
+  sbxi_layers_free(&g->layers);
   sbx_free(g);
 }
 
@@ -149,7 +149,7 @@ unsigned long long jail_proc_starttime(pid_t pid) {
 
 void jail_teardown_host(jail_driver *jd, const char *id) {
   jail_cgroup_remove(jd->cg, id, NULL);
-  sbx_rm_rf_at(jd->run_dirfd, id, NULL);
+  sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
 }
 
 static int code_of(int status) {
@@ -170,7 +170,7 @@ static int report_error(const jail_plan *plan, const jail_report *r, sbx_error *
 int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *spec, const char *upper_dir,
                       sbx_instance **out, sbx_error *err) {
   *out = NULL;
-  int rc = sbx_check_id(spec->id, err);
+  int rc = sbxi_check_id(spec->id, err);
   if (rc < 0) return rc;
   if (spec->net != SBX_NET_NONE) return sbx_err(err, SBX_E_UNSUPPORTED, "jail: only net=none is available");
   if (!spec->init_argv && jd->silkd_fd < 0) return sbx_err(err, SBX_E_INVAL, "jail: no silkd_path configured");
@@ -189,7 +189,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   if (dfd < 0 || mkdirat(dfd, "root", 0755) < 0 || mkdirat(dfd, "rw", 0700) < 0) {
     rc = sbx_err_os(err, errno, "mkdir in %s", dir);
     if (dfd >= 0) close(dfd);
-    sbx_rm_rf_at(jd->run_dirfd, id, NULL);
+    sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
     return rc;
   }
 
@@ -336,7 +336,7 @@ fail:
   if (lfd >= 0) close(lfd);
   close(dfd);
   if (cg_made) jail_cgroup_remove(jd->cg, id, NULL);
-  sbx_rm_rf_at(jd->run_dirfd, id, NULL);
+  sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
   sbx_free(plan);
   return rc;
 }
@@ -424,13 +424,13 @@ int jail_destroy(sbx_instance *s, sbx_error *err) {
     jail_wait(s, -1, NULL, NULL);
   }
   int rc = jail_cgroup_remove(jd->cg, s->hdr.id, err);
-  int rc2 = sbx_rm_rf_at(jd->run_dirfd, s->hdr.id, rc < 0 ? NULL : err);
+  int rc2 = sbxi_rm_rf_at(jd->run_dirfd, s->hdr.id, rc < 0 ? NULL : err);
   close(s->pidfd);
   sbx_free(s);
   return rc < 0 ? rc : rc2;
 }
 
-const sbx_driver_ops sbx_jail_driver_ops = {
+const sbx_driver_ops sbxi_jail_driver_ops = {
     .name = "jail",
     .open = jail_open,
     .close = jail_close,

@@ -22,7 +22,7 @@ typedef struct found_list {
 
 static void found_add(void *ud, const char *id) {
   found_list *fl = ud;
-  if (sbx_check_id(id, NULL) < 0) return;
+  if (sbxi_check_id(id, NULL) < 0) return;
   for (size_t i = 0; i < fl->n; i++)
     if (strcmp(fl->ids[i], id) == 0) return;
   if (fl->n == fl->cap) {

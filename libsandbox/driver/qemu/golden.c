@@ -35,7 +35,7 @@ void qemu_golden_release(sbx_golden *g) {
       *slash = '\0';
       int pfd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
       if (pfd >= 0) {
-        sbx_rm_rf_at(pfd, slash + 1, NULL);
+        sbxi_rm_rf_at(pfd, slash + 1, NULL);
         close(pfd);
       }
     }
@@ -162,9 +162,9 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   g->restore = qd->restore;
   const char *key = spec ? spec->key : NULL;
   int rc = 0;
-  if (key && (rc = sbx_check_id(key, err)) < 0) goto fail;
+  if (key && (rc = sbxi_check_id(key, err)) < 0) goto fail;
   const char *parent = key ? qd->goldens_dir : qd->run_dir;
-  if ((rc = sbx_mkdir_p(parent, 0700, err)) < 0) goto fail;
+  if ((rc = sbxi_mkdir_p(parent, 0700, err)) < 0) goto fail;
   char final[PATH_MAX], tmp[PATH_MAX], want[PATH_MAX + 128];
   static unsigned seq;
   unsigned n = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
@@ -221,7 +221,7 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
       } else {
         int pfd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (pfd >= 0) {
-          sbx_rm_rf_at(pfd, key, NULL);
+          sbxi_rm_rf_at(pfd, key, NULL);
           close(pfd);
         }
         if (rename(tmp, final) == 0)

@@ -69,7 +69,7 @@ static int qemu_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
   *out = NULL;
   if (geteuid() != 0) return sbx_err(err, SBX_E_UNSUPPORTED, "the qemu driver needs root");
   qemu_driver *qd = sbx_calloc(1, sizeof *qd);
-  qd->base.ops = &sbx_qemu_driver_ops;
+  qd->base.ops = &sbxi_qemu_driver_ops;
   qd->run_dirfd = -1;
   qd->templates_dir = sbx_strdup(cfg->templates_dir ? cfg->templates_dir : DEFAULT_STATE "/templates");
   qd->goldens_dir = sbx_strdup(cfg->goldens_dir ? cfg->goldens_dir : DEFAULT_STATE "/goldens");
@@ -77,7 +77,7 @@ static int qemu_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
   qd->guest_dir = sbx_strdup(getenv("SBX_GUEST_DIR") ? getenv("SBX_GUEST_DIR") : DEFAULT_GUEST);
   qd->qemu_bin = sbx_strdup(getenv("SBX_QEMU") ? getenv("SBX_QEMU") : "/usr/bin/qemu-system-x86_64");
   qd->next_cid = FIRST_CID + (uint32_t)(getpid() % 1000) * 1000;
-  int rc = sbx_mkdir_p(qd->run_dir, 0700, err);
+  int rc = sbxi_mkdir_p(qd->run_dir, 0700, err);
   if (rc < 0) goto fail;
   if ((qd->run_dirfd = open(qd->run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
     rc = sbx_err_os(err, errno, "open %s", qd->run_dir);
@@ -144,13 +144,13 @@ static int qemu_template_prepare(sbx_driver *d, const sbx_template_spec *spec, s
   sbx_layers l = {0};
   int rc;
   if (spec && spec->archive)
-    rc = sbx_tpl_import(qd->templates_dir, name, spec->archive, &l, err);
+    rc = sbxi_tpl_import(qd->templates_dir, name, spec->archive, &l, err);
   else
-    rc = sbx_tpl_dir(qd->templates_dir, name, spec ? spec->path : NULL, &l, err);
+    rc = sbxi_tpl_dir(qd->templates_dir, name, spec ? spec->path : NULL, &l, err);
   if (rc == 0 && (l.npoints != 1 || l.pts[0].nlowers != 1 || l.pts[0].name[0]))
     rc = sbx_err(err, SBX_E_UNSUPPORTED, "qemu: template %s is not a single root directory", name);
   if (rc == 0) rc = qemu_template_disk(qd, name, l.pts[0].lowers[0], &t->disk, err);
-  sbx_layers_free(&l);
+  sbxi_layers_free(&l);
   if (rc < 0) {
     sbx_free(t);
     return rc;
@@ -307,7 +307,7 @@ static int qemu_wait_op(sbx_instance *s, int timeout_ms, int *code, sbx_error *e
 
 static int qemu_destroy(sbx_instance *s, sbx_error *err) { return qemu_vm_destroy(s, err); }
 
-const sbx_driver_ops sbx_qemu_driver_ops = {
+const sbx_driver_ops sbxi_qemu_driver_ops = {
     .name = "qemu",
     .open = qemu_open,
     .close = qemu_close,

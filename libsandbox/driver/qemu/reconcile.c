@@ -21,7 +21,7 @@ typedef struct found_list {
 } found_list;
 
 static void found_add(found_list *fl, const char *id) {
-  if (sbx_check_id(id, NULL) < 0) return;
+  if (sbxi_check_id(id, NULL) < 0) return;
   if (fl->n == fl->cap) {
     fl->cap = fl->cap ? fl->cap * 2 : 16;
     fl->ids = sbx_reallocarray(fl->ids, fl->cap, sizeof fl->ids[0]);
@@ -95,7 +95,7 @@ int qemu_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err)
       /* A dead VM's QEMU may still be there under a reused-pid check that
        * failed; only what the state file proves is ours is signalled, so
        * this only removes the directory (socket, console, state). */
-      sbx_rm_rf_at(qd->run_dirfd, id, NULL);
+      sbxi_rm_rf_at(qd->run_dirfd, id, NULL);
     }
   }
   sbx_free(fl.ids);

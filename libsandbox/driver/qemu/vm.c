@@ -187,7 +187,7 @@ static int build_argv(qemu_driver *qd, const char *dir, const qemu_vm_args *a, a
 
 int qemu_vm_start(qemu_driver *qd, const char *id, const qemu_vm_args *a, sbx_instance **out, sbx_error *err) {
   *out = NULL;
-  int rc = sbx_check_id(id, err);
+  int rc = sbxi_check_id(id, err);
   if (rc < 0) return rc;
   if (a->mem_path && strchr(a->mem_path, ','))
     return sbx_err(err, SBX_E_INVAL, "qemu: a golden's path holds a comma");
@@ -267,7 +267,7 @@ int qemu_vm_start(qemu_driver *qd, const char *id, const qemu_vm_args *a, sbx_in
   *out = s;
   return 0;
 fail_dir:
-  sbx_rm_rf_at(qd->run_dirfd, id, NULL);
+  sbxi_rm_rf_at(qd->run_dirfd, id, NULL);
   return rc;
 }
 
@@ -380,7 +380,7 @@ int qemu_vm_destroy(sbx_instance *s, sbx_error *err) {
     syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
     qemu_vm_wait(s, -1, NULL, NULL);
   }
-  int rc = sbx_rm_rf_at(qd->run_dirfd, s->hdr.id, err);
+  int rc = sbxi_rm_rf_at(qd->run_dirfd, s->hdr.id, err);
   if (s->pidfd >= 0) close(s->pidfd);
   sbx_free(s);
   return rc;

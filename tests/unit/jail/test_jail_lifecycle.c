@@ -211,8 +211,8 @@ static void test_golden_with_warmup(void **state) {
   snprintf(p, sizeof p, JT_STATE "/goldens/%s", key2);
   assert_int_not_equal(access(p, F_OK), 0);
   int gfd = open(JT_STATE "/goldens", O_PATH | O_DIRECTORY);
-  extern int sbx_rm_rf_at(int, const char *, sbx_error *);
-  assert_int_equal(sbx_rm_rf_at(gfd, key, &err), 0);
+  extern int sbxi_rm_rf_at(int, const char *, sbx_error *);
+  assert_int_equal(sbxi_rm_rf_at(gfd, key, &err), 0);
   close(gfd);
 }
 

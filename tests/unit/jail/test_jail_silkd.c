@@ -6,7 +6,7 @@
 
 #include "jail_test.h"
 
-extern int sbx_rm_rf_at(int dirfd, const char *name, sbx_error *err);
+extern int sbxi_rm_rf_at(int dirfd, const char *name, sbx_error *err);
 
 static jt T;
 
@@ -175,7 +175,7 @@ static void test_directory_template(void **state) {
   sbx_golden_release(T.drv, g);
   sbx_template_release(T.drv, t);
   int rfd = open(JT_STATE, O_PATH | O_DIRECTORY);
-  assert_int_equal(sbx_rm_rf_at(rfd, strrchr(root, '/') + 1, &err), 0);
+  assert_int_equal(sbxi_rm_rf_at(rfd, strrchr(root, '/') + 1, &err), 0);
   close(rfd);
   int tfd = open(JT_STATE "/templates", O_PATH | O_DIRECTORY);
   char reg[96];
@@ -254,7 +254,7 @@ static void test_archive_template(void **state) {
 
   unlink(tar);
   int tfd = open(JT_STATE "/templates", O_PATH | O_DIRECTORY);
-  assert_int_equal(sbx_rm_rf_at(tfd, name, &err), 0);
+  assert_int_equal(sbxi_rm_rf_at(tfd, name, &err), 0);
   close(tfd);
 }
 
