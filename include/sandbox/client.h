@@ -102,11 +102,11 @@ int sbx_client_new(const sbx_client_opts *opts, sbx_client **out, sbx_error *err
 void sbx_client_free(sbx_client *c);
 const sbx_addr *sbx_client_entry(const sbx_client *c);
 
-typedef struct sbx_pool_key {
+typedef struct sbx_client_pool_key {
   char template_[256];
   char net[32];
   char size[32];
-} sbx_pool_key;
+} sbx_client_pool_key;
 
 typedef struct sbx_claim_opts {
   const char *template_; /* required */
@@ -150,7 +150,7 @@ int sbx_client_lookup(sbx_client *c, const char *id, const char *token, sbx_sand
  * callers that print them; pass NULL when not wanted. */
 typedef struct sbx_sandbox_row {
   char id[64];
-  sbx_pool_key key;
+  sbx_client_pool_key key;
   char deadline[64];
   char claimed_at[64];
   bool hibernated;
@@ -167,7 +167,7 @@ int sbx_client_sandboxes(sbx_client *c, const char *claim_ref, sbx_sandbox_row *
 int sbx_client_sandbox_info(sbx_client *c, const char *id, sbx_sandbox_row *row, char **json, sbx_error *err);
 
 typedef struct sbx_pool_state {
-  sbx_pool_key key;
+  sbx_client_pool_key key;
   int64_t warm, refilling, target;
   bool golden;
 } sbx_pool_state;

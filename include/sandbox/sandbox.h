@@ -6,6 +6,9 @@
 #include <sandbox/core.h>
 #include <sandbox/wire.h>
 #include <sandbox/agent.h>
+#include <sandbox/driver.h>
+#include <sandbox/pool.h>
+#include <sandbox/client.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,7 +18,7 @@ static int64_t int_field(json_t *o, const char *name) {
   return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
 }
 
-static void key_from(json_t *k, sbx_pool_key *key) {
+static void key_from(json_t *k, sbx_client_pool_key *key) {
   str_field(k, "template", key->template_, sizeof key->template_);
   str_field(k, "net", key->net, sizeof key->net);
   str_field(k, "size", key->size, sizeof key->size);
