@@ -1,0 +1,198 @@
+/* sbxctl mcp: the tool table. Descriptions are written for the agent that
+ * reads them: what the tool does, what it returns, when to use it. The
+ * annotations must stay true: readOnlyHint only for tools that change
+ * nothing, destructiveHint for anything that may destroy or overwrite. */
+#include <stdio.h>
+#include <string.h>
+
+#include "mcp.h"
+
+#define ID_PROP "\"sandbox_id\":{\"type\":\"string\",\"description\":\"id returned by create_sandbox\"}"
+#define PID_PROP "\"pid\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"process id from spawn or ps\"}"
+#define ONLY_ID "{\"type\":\"object\",\"properties\":{" ID_PROP "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}"
+#define CKPT_PROP "\"checkpoint_id\":{\"type\":\"string\",\"description\":\"id returned by checkpoint\"}"
+
+#define UNSUPPORTED " Not available yet: this sandboxd lacks the verb, so the call answers an error."
+
+const mcp_tool mcp_tools[] = {
+    {"create_sandbox", "Create sandbox",
+     "Create a fresh isolated Linux sandbox and return its sandbox_id (pass it to every other tool) and its "
+     "deadline; it is released when this server exits.",
+     "{\"type\":\"object\",\"properties\":{"
+     "\"template\":{\"type\":\"string\",\"description\":\"template name; default: the server's default\"},"
+     "\"net\":{\"type\":\"string\",\"enum\":[\"none\",\"egress\"],\"description\":\"network access; default none\"},"
+     "\"size\":{\"type\":\"string\",\"description\":\"resource size, e.g. small, medium, large; default small\"},"
+     "\"ttl_seconds\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":86400,"
+     "\"description\":\"lease length in seconds; 0 or absent = 3600\"}},\"additionalProperties\":false}",
+     false, false, false, mcp_create_sandbox},
+    {"exec", "Run a shell command",
+     "Run a shell command (sh -c) in a sandbox and wait for it; returns exit_code, stdout and stderr (each "
+     "capped at 1 MiB, truncated=true when cut). A non-zero exit code is a normal result.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"command\":{\"type\":\"string\",\"description\":\"shell command line, run with sh -c\"},"
+     "\"cwd\":{\"type\":\"string\",\"description\":\"working directory; default the sandbox's home\"}},"
+     "\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
+     false, true, false, mcp_exec},
+    {"spawn", "Start a background command",
+     "Start a shell command (sh -c) in the background and return its pid at once; read its output with logs, "
+     "stop it with kill.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"command\":{\"type\":\"string\",\"description\":\"shell command line, run with sh -c\"},"
+     "\"cwd\":{\"type\":\"string\",\"description\":\"working directory\"}},"
+     "\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
+     false, true, false, mcp_spawn},
+    {"ps", "List processes",
+     "List the processes started in a sandbox (by exec or spawn) with pid, command, state and exit code.",
+     ONLY_ID, true, false, true, mcp_ps},
+    {"logs", "Read process output",
+     "Return the output retained so far of a process started by spawn (stdout, stderr, each capped at 1 MiB), "
+     "and its exit code once it has exited.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP "," PID_PROP "},"
+     "\"required\":[\"sandbox_id\",\"pid\"],\"additionalProperties\":false}",
+     true, false, true, mcp_logs},
+    {"kill", "Signal a process",
+     "Send a signal (default 9, SIGKILL) to a process in a sandbox.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP "," PID_PROP ","
+     "\"signal\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":64,\"description\":\"signal number; default 9\"}},"
+     "\"required\":[\"sandbox_id\",\"pid\"],\"additionalProperties\":false}",
+     false, true, false, mcp_kill},
+    {"write_file", "Write a file",
+     "Create or replace a text file in a sandbox atomically (parent directory must exist); returns the bytes "
+     "written.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"},"
+     "\"content\":{\"type\":\"string\",\"description\":\"the whole new file content (UTF-8 text)\"}},"
+     "\"required\":[\"sandbox_id\",\"path\",\"content\"],\"additionalProperties\":false}",
+     false, true, true, mcp_write_file},
+    {"read_file", "Read a file",
+     "Return the content of a regular UTF-8 text file in a sandbox (at most 1 MiB; use exec for larger or "
+     "binary files).",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"}},"
+     "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
+     true, false, true, mcp_read_file},
+    {"list_dir", "List a directory",
+     "List a directory in a sandbox: each entry's name, type (file, dir, symlink, other) and size.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"}},"
+     "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
+     true, false, true, mcp_list_dir},
+    {"release", "Release sandbox",
+     "Destroy a sandbox and everything in it; call it when done. Releasing an unknown sandbox succeeds.",
+     ONLY_ID, false, true, true, mcp_release},
+    {"node_info", "Node info",
+     "Show the sandboxd node's state: warm pools (template, net, size, warm count), claimed sandboxes, "
+     "capacity. Needs the operator token.",
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true, mcp_node_info},
+    {"fork", "Fork sandbox",
+     "Copy a running sandbox into a new one with the same files and return the new sandbox_id." UNSUPPORTED,
+     ONLY_ID, false, false, false, mcp_unsupported},
+    {"hibernate", "Hibernate sandbox",
+     "Suspend a sandbox to disk to save resources; it wakes on the next call." UNSUPPORTED, ONLY_ID, false, false,
+     true, mcp_hibernate},
+    {"checkpoint", "Checkpoint sandbox",
+     "Save a sandbox's filesystem as a named checkpoint that outlives the sandbox; returns checkpoint_id." UNSUPPORTED,
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"name\":{\"type\":\"string\",\"description\":\"optional label\"}},"
+     "\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     false, false, false, mcp_unsupported},
+    {"branch_checkpoint", "Sandbox from checkpoint",
+     "Create a new sandbox starting from a checkpoint; returns sandbox_id." UNSUPPORTED,
+     "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
+     "\"additionalProperties\":false}",
+     false, false, false, mcp_unsupported},
+    {"list_checkpoints", "List checkpoints", "List the checkpoints this token owns." UNSUPPORTED,
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true, mcp_unsupported},
+    {"delete_checkpoint", "Delete checkpoint", "Delete a checkpoint for good." UNSUPPORTED,
+     "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
+     "\"additionalProperties\":false}",
+     false, true, true, mcp_unsupported},
+    {"promote", "Promote checkpoint",
+     "Make a checkpoint the template new sandboxes of that template start from (replaces the previous "
+     "one)." UNSUPPORTED,
+     "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
+     "\"additionalProperties\":false}",
+     false, true, true, mcp_unsupported},
+    {NULL, NULL, NULL, NULL, false, false, false, NULL},
+};
+
+const mcp_tool *mcp_tool_find(const char *name) {
+  for (const mcp_tool *t = mcp_tools; t->name; t++)
+    if (strcmp(t->name, name) == 0) return t;
+  return NULL;
+}
+
+json_t *mcp_tools_list(void) {
+  json_t *arr = json_array();
+  for (const mcp_tool *t = mcp_tools; t->name; t++) {
+    json_error_t je;
+    json_t *schema = json_loads(t->schema, 0, &je);
+    if (!schema) {
+      fprintf(stderr, "sbxctl mcp: schema of %s: %s\n", t->name, je.text);
+      json_decref(arr);
+      return NULL;
+    }
+    json_t *ann = json_pack("{s:s,s:b,s:b,s:b,s:b}", "title", t->title, "readOnlyHint", t->read_only,
+                            "destructiveHint", t->destructive, "idempotentHint", t->idempotent, "openWorldHint", 0);
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:o}", "name", t->name, "title", t->title, "description",
+                                         t->description, "inputSchema", schema, "annotations", ann));
+  }
+  return arr;
+}
+
+static bool type_ok(const char *type, json_t *v) {
+  if (strcmp(type, "string") == 0) return json_is_string(v);
+  if (strcmp(type, "integer") == 0) return json_is_integer(v);
+  if (strcmp(type, "boolean") == 0) return json_is_boolean(v);
+  if (strcmp(type, "object") == 0) return json_is_object(v);
+  return true;
+}
+
+int mcp_tool_check_args(const mcp_tool *t, json_t *args, sbx_error *err) {
+  json_t *schema = json_loads(t->schema, 0, NULL);
+  if (!schema) return sbx_err(err, SBX_E_INTERNAL, "%s: bad schema", t->name);
+  json_t *props = json_object_get(schema, "properties");
+  int rc = 0;
+  size_t i;
+  json_t *req;
+  json_array_foreach(json_object_get(schema, "required"), i, req) {
+    if (!json_object_get(args, json_string_value(req))) {
+      rc = sbx_err(err, SBX_E_INVAL, "missing required argument \"%s\"", json_string_value(req));
+      goto out;
+    }
+  }
+  const char *k;
+  json_t *v;
+  json_object_foreach(args, k, v) {
+    json_t *p = json_object_get(props, k);
+    if (!p) {
+      rc = sbx_err(err, SBX_E_INVAL, "unknown argument \"%s\"", k);
+      goto out;
+    }
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (type && !type_ok(type, v)) {
+      rc = sbx_err(err, SBX_E_INVAL, "argument \"%s\" must be of type %s", k, type);
+      goto out;
+    }
+    json_t *min = json_object_get(p, "minimum"), *max = json_object_get(p, "maximum");
+    if (json_is_integer(v) && ((min && json_integer_value(v) < json_integer_value(min)) ||
+                               (max && json_integer_value(v) > json_integer_value(max)))) {
+      rc = sbx_err(err, SBX_E_INVAL, "argument \"%s\" is out of range", k);
+      goto out;
+    }
+    json_t *en = json_object_get(p, "enum");
+    if (en) {
+      bool found = false;
+      size_t j;
+      json_t *e;
+      json_array_foreach(en, j, e) found |= json_equal(e, v);
+      if (!found) {
+        rc = sbx_err(err, SBX_E_INVAL, "argument \"%s\" has a value not in %s", k, "its enum");
+        goto out;
+      }
+    }
+  }
+out:
+  json_decref(schema);
+  return rc;
+}

@@ -1,0 +1,172 @@
+/* sbxctl mcp: the registry of created sandboxes, UTF-8 repair for output
+ * that goes into JSON, and error wording an agent can act on. */
+#include <stdio.h>
+#include <string.h>
+
+#include "mcp.h"
+
+void mcp_registry_init(mcp_registry *r) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->lock, NULL);
+}
+
+bool mcp_registry_add(mcp_registry *r, sbx_sandbox *s) {
+  pthread_mutex_lock(&r->lock);
+  if (r->closing) {
+    pthread_mutex_unlock(&r->lock);
+    return false;
+  }
+  if (r->len == r->alloc) {
+    r->alloc = r->alloc ? r->alloc * 2 : 16;
+    r->items = sbx_reallocarray(r->items, r->alloc, sizeof *r->items);
+  }
+  r->items[r->len++] = (mcp_entry){.s = s, .live = true};
+  pthread_mutex_unlock(&r->lock);
+  return true;
+}
+
+sbx_sandbox *mcp_registry_get(mcp_registry *r, const char *id) {
+  sbx_sandbox *s = NULL;
+  pthread_mutex_lock(&r->lock);
+  for (size_t i = 0; i < r->len && !s; i++)
+    if (r->items[i].live && strcmp(sbx_sandbox_id(r->items[i].s), id) == 0) s = r->items[i].s;
+  pthread_mutex_unlock(&r->lock);
+  return s;
+}
+
+void mcp_registry_forget(mcp_registry *r, const char *id) {
+  pthread_mutex_lock(&r->lock);
+  for (size_t i = 0; i < r->len; i++)
+    if (strcmp(sbx_sandbox_id(r->items[i].s), id) == 0) r->items[i].live = false;
+  pthread_mutex_unlock(&r->lock);
+}
+
+int mcp_registry_release_all(mcp_registry *r) {
+  pthread_mutex_lock(&r->lock);
+  r->closing = true;
+  pthread_mutex_unlock(&r->lock);
+  /* closing stops additions, so the array is stable without the lock; the
+   * lock is not held across network calls */
+  int failed = 0;
+  for (size_t i = 0; i < r->len; i++) {
+    pthread_mutex_lock(&r->lock);
+    bool live = r->items[i].live;
+    r->items[i].live = false;
+    pthread_mutex_unlock(&r->lock);
+    if (!live) continue;
+    sbx_error err;
+    if (sbx_sandbox_release(r->items[i].s, &err) < 0) {
+      fprintf(stderr, "sbxctl mcp: release %s: %s\n", sbx_sandbox_id(r->items[i].s), err.msg);
+      failed++;
+    } else {
+      fprintf(stderr, "sbxctl mcp: released %s\n", sbx_sandbox_id(r->items[i].s));
+    }
+  }
+  return failed;
+}
+
+void mcp_registry_free(mcp_registry *r) {
+  for (size_t i = 0; i < r->len; i++) sbx_sandbox_free(r->items[i].s);
+  sbx_free(r->items);
+  pthread_mutex_destroy(&r->lock);
+  memset(r, 0, sizeof *r);
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid or
+ * cut short. Overlongs, surrogates and values past U+10FFFF are invalid,
+ * as jansson judges them. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+  unsigned char c = p[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  uint32_t cp;
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2;
+    cp = c & 0x1f;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    cp = c & 0x0f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (n < len) return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((p[i] & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (p[i] & 0x3f);
+  }
+  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return len;
+}
+
+json_t *mcp_json_text(const char *p, size_t n, bool *repaired) {
+  if (repaired) *repaired = false;
+  const unsigned char *u = (const unsigned char *)p;
+  size_t i = 0;
+  while (i < n) {
+    size_t l = utf8_seq(u + i, n - i);
+    if (!l) break;
+    i += l;
+  }
+  if (i == n) return json_stringn(p, n);
+  if (repaired) *repaired = true;
+  /* worst case every byte becomes the 3-byte U+FFFD */
+  char *fixed = sbx_malloc(n * 3 + 1);
+  size_t o = 0;
+  for (i = 0; i < n;) {
+    size_t l = utf8_seq(u + i, n - i);
+    if (l) {
+      memcpy(fixed + o, p + i, l);
+      o += l;
+      i += l;
+    } else {
+      memcpy(fixed + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    }
+  }
+  json_t *j = json_stringn(fixed, o);
+  sbx_free(fixed);
+  return j;
+}
+
+int mcp_sandbox(mcp_call *c, const char *id, sbx_sandbox **out, bool *owned, sbx_error *err) {
+  *owned = false;
+  if (sbx_client_check_header_value("sandbox_id", id, strlen(id), err) < 0)
+    return sbx_err(err, SBX_E_INVAL, "invalid sandbox_id \"%s\"", id);
+  if ((*out = mcp_registry_get(c->reg, id))) return 0;
+  if (!c->token || !*c->token)
+    return sbx_err(err, SBX_E_NOTFOUND,
+                   "unknown sandbox_id \"%s\": this server did not create it (or it was released); call "
+                   "create_sandbox to get a new one",
+                   id);
+  int rc = sbx_client_lookup(c->client, id, c->token, out, err);
+  if (rc < 0) {
+    mcp_explain("look up sandbox", id, err);
+    return rc;
+  }
+  *owned = true;
+  return 0;
+}
+
+void mcp_explain(const char *what, const char *id, sbx_error *err) {
+  char orig[sizeof err->msg];
+  snprintf(orig, sizeof orig, "%s", err->msg);
+  sbx_client_err_kind k = sbx_client_error_kind(err);
+  const char *hint = "";
+  if (((k == SBX_CLIENT_ERR_API && err->detail == 404) || err->code == SBX_E_NOTFOUND) && id)
+    hint = " (no such sandbox: it may have expired or been released; call create_sandbox for a new one)";
+  else if (k == SBX_CLIENT_ERR_API && (err->detail == 401 || err->detail == 403))
+    hint = " (sandboxd refused the token: set --token or SANDBOXD_TOKEN)";
+  else if (k == SBX_CLIENT_ERR_API && err->detail == 501)
+    hint = " (this sandboxd does not implement that verb yet)";
+  else if (err->code == SBX_E_OS || (err->code == SBX_E_TIMEOUT && k != SBX_CLIENT_ERR_API))
+    hint = " (sandboxd or the sandbox did not answer; check that sandboxd runs and the sandbox exists)";
+  if (id)
+    snprintf(err->msg, sizeof err->msg, "%s %s failed: %s%s", what, id, orig, hint);
+  else
+    snprintf(err->msg, sizeof err->msg, "%s failed: %s%s", what, orig, hint);
+}
