@@ -4,6 +4,7 @@
  * else goes through sbx_driver_ops. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -133,4 +134,21 @@ int sbx_sandbox_destroy(sbx_instance *s, sbx_error *err) {
 }
 int sbx_driver_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err) {
   return d->ops->reconcile(d, fn, ud, err);
+}
+
+int sbxi_pidfd_wait(int pidfd, int timeout_ms, const char *id, sbx_error *err) {
+  struct pollfd pfd = {pidfd, POLLIN, 0};
+  uint64_t deadline = sbx_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+  for (;;) {
+    int left = -1;
+    if (timeout_ms >= 0) {
+      uint64_t now = sbx_now_ns();
+      left = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+    }
+    int pr = poll(&pfd, 1, left);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr < 0) return sbx_err_os(err, errno, "poll pidfd");
+    if (pr == 0) return sbx_err(err, SBX_E_TIMEOUT, "sandbox %s still running", id);
+    return 0;
+  }
 }

@@ -20,4 +20,8 @@ extern const sbx_driver_ops sbxi_qemu_driver_ops;
 /* [a-zA-Z0-9._-]{1,63}, not "." or "..": safe as a file and cgroup name. */
 int sbxi_check_id(const char *id, sbx_error *err);
 
+/* Wait until a pidfd is readable (its process exited); timeout_ms < 0 waits
+ * forever. SBX_E_TIMEOUT naming the sandbox id if it is still running. */
+int sbxi_pidfd_wait(int pidfd, int timeout_ms, const char *id, sbx_error *err);
+
 #endif

@@ -383,20 +383,8 @@ static int jail_stats(sbx_instance *s, sbx_stats *out, sbx_error *err) {
 
 int jail_wait(sbx_instance *s, int timeout_ms, int *code, sbx_error *err) {
   if (!s->exited) {
-    struct pollfd pfd = {s->pidfd, POLLIN, 0};
-    uint64_t deadline = sbx_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
-    for (;;) {
-      int left = -1;
-      if (timeout_ms >= 0) {
-        uint64_t now = sbx_now_ns();
-        left = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
-      }
-      int pr = poll(&pfd, 1, left);
-      if (pr < 0 && errno == EINTR) continue;
-      if (pr < 0) return sbx_err_os(err, errno, "poll pidfd");
-      if (pr == 0) return sbx_err(err, SBX_E_TIMEOUT, "sandbox %s still running", s->hdr.id);
-      break;
-    }
+    int rc = sbxi_pidfd_wait(s->pidfd, timeout_ms, s->hdr.id, err);
+    if (rc < 0) return rc;
     if (s->is_child) {
       int status;
       pid_t w;
