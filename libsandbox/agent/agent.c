@@ -178,11 +178,11 @@ int agent_ensure_scratch(sbx_agent *a, size_t n) {
   return 0;
 }
 
-static int send_stdin_chunks(sbx_agent *a, const void *data, size_t n, sbx_error *err) {
+int agent_send_chunked(sbx_agent *a, sbx_wire_bulk kind, const void *data, size_t n, sbx_error *err) {
   const char *p = data;
   while (n > 0) {
     size_t k = n > AGENT_CHUNK ? AGENT_CHUNK : n;
-    int rc = sbx_agent_send_bulk(a, SBX_BULK_REQ_STDIN, p, k, err);
+    int rc = sbx_agent_send_bulk(a, kind, p, k, err);
     if (rc < 0) return rc;
     p += k;
     n -= k;
@@ -262,7 +262,7 @@ int sbx_agent_exec(sbx_agent *a, const sbx_req_exec *req, const sbx_agent_exec_i
         rc = 1;
         break;
       }
-      if (io && io->stdin_data && (rc = send_stdin_chunks(a, io->stdin_data, io->stdin_len, err)) < 0) break;
+      if (io && io->stdin_data && (rc = agent_send_chunked(a, SBX_BULK_REQ_STDIN, io->stdin_data, io->stdin_len, err)) < 0) break;
       if (stdin_fd < 0 && (rc = agent_send_op(a, SBX_OP_STDIN_CLOSE, err)) < 0) break;
       rc = 0;
       break;
@@ -350,13 +350,7 @@ int sbx_agent_write_file(sbx_agent *a, const char *path, const void *data, size_
     r.u.fs_write.mode = (uint32_t)mode;
   }
   int rc = sbx_agent_send(a, &r, err);
-  const char *p = data;
-  for (size_t left = n; rc == 0 && left > 0;) {
-    size_t k = left > AGENT_CHUNK ? AGENT_CHUNK : left;
-    rc = sbx_agent_send_bulk(a, SBX_BULK_REQ_DATA, p, k, err);
-    p += k;
-    left -= k;
-  }
+  if (rc == 0) rc = agent_send_chunked(a, SBX_BULK_REQ_DATA, data, n, err);
   if (rc < 0 || (rc = agent_send_op(a, SBX_OP_DATA_END, err)) < 0) return rc;
   sbx_wire_resp resp;
   if ((rc = agent_recv_reply(a, SBX_RESP_DONE, &resp, "fs_write", err)) < 0) return rc;

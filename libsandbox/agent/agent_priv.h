@@ -8,6 +8,9 @@
 #define AGENT_READ_BUF (256 * 1024)
 #define AGENT_CHUNK (256 * 1024) /* upload chunk, as the reference clients use */
 
+/* Send n bytes as bulk frames of at most AGENT_CHUNK (stdin or data). */
+int agent_send_chunked(sbx_agent *a, sbx_wire_bulk kind, const void *data, size_t n, sbx_error *err);
+
 struct sbx_agent {
   int fd;
   int timeout_ms;

@@ -248,15 +248,7 @@ int sbx_agent_next_data(sbx_agent *a, const void **data, size_t *n, sbx_error *e
 }
 
 int sbx_agent_upload_write(sbx_agent *a, const void *data, size_t n, sbx_error *err) {
-  const char *p = data;
-  while (n > 0) {
-    size_t k = n > AGENT_CHUNK ? AGENT_CHUNK : n;
-    int rc = sbx_agent_send_bulk(a, SBX_BULK_REQ_DATA, p, k, err);
-    if (rc < 0) return rc;
-    p += k;
-    n -= k;
-  }
-  return 0;
+  return agent_send_chunked(a, SBX_BULK_REQ_DATA, data, n, err);
 }
 
 int sbx_agent_upload_end(sbx_agent *a, sbx_error *err) {

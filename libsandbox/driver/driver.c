@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -151,4 +153,24 @@ int sbxi_pidfd_wait(int pidfd, int timeout_ms, const char *id, sbx_error *err) {
     if (pr == 0) return sbx_err(err, SBX_E_TIMEOUT, "sandbox %s still running", id);
     return 0;
   }
+}
+
+unsigned long long sbxi_proc_starttime(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  /* the command name (field 2) may hold spaces: count from its ')' */
+  char *p = strrchr(buf, ')');
+  if (!p) return 0;
+  p += 2; /* field 3 */
+  for (int f = 3; f < 22 && p; f++) {
+    p = strchr(p, ' ');
+    if (p) p++;
+  }
+  return p ? strtoull(p, NULL, 10) : 0;
 }

@@ -22,6 +22,10 @@ int sbxi_check_id(const char *id, sbx_error *err);
 
 /* Wait until a pidfd is readable (its process exited); timeout_ms < 0 waits
  * forever. SBX_E_TIMEOUT naming the sandbox id if it is still running. */
+/* Starting time of pid in clock ticks (field 22 of /proc/pid/stat); with
+ * the pid it names a process unambiguously across pid reuse. 0 if gone. */
+unsigned long long sbxi_proc_starttime(pid_t pid);
+
 int sbxi_pidfd_wait(int pidfd, int timeout_ms, const char *id, sbx_error *err);
 
 #endif

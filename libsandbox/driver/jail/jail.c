@@ -126,27 +126,6 @@ static int sock_path(const jail_driver *jd, const char *id, struct sockaddr_un *
   return 0;
 }
 
-/* Starting time of pid in clock ticks (field 22 of /proc/pid/stat): with
- * the pid, it names a process unambiguously across pid reuse. */
-unsigned long long jail_proc_starttime(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')');
-  if (!p) return 0;
-  p += 2; /* field 3 */
-  for (int f = 3; f < 22 && p; f++) {
-    p = strchr(p, ' ');
-    if (p) p++;
-  }
-  return p ? strtoull(p, NULL, 10) : 0;
-}
-
 void jail_teardown_host(jail_driver *jd, const char *id) {
   jail_cgroup_remove(jd->cg, id, NULL);
   sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
@@ -291,7 +270,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
 
   /* The state file lets a restarted host find and re-identify pid 1. */
   char st[64];
-  snprintf(st, sizeof st, "%d %llu\n", (int)pid, jail_proc_starttime(pid));
+  snprintf(st, sizeof st, "%d %llu\n", (int)pid, sbxi_proc_starttime(pid));
   int sfd = openat(dfd, "state", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (sfd < 0 || write(sfd, st, strlen(st)) != (ssize_t)strlen(st)) {
     rc = sbx_err_os(err, errno, "write state");

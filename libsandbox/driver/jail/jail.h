@@ -139,7 +139,6 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
 int jail_wait(sbx_instance *s, int timeout_ms, int *code, sbx_error *err);
 int jail_destroy(sbx_instance *s, sbx_error *err);
 void jail_golden_release(sbx_golden *g);
-unsigned long long jail_proc_starttime(pid_t pid);
 void jail_teardown_host(jail_driver *jd, const char *id);
 
 /* golden.c, reconcile.c */

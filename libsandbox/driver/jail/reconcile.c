@@ -67,11 +67,11 @@ int jail_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err)
       }
     }
     sbx_instance *s = NULL;
-    if (f.init_pid > 0 && start != 0 && jail_proc_starttime(f.init_pid) == start) {
+    if (f.init_pid > 0 && start != 0 && sbxi_proc_starttime(f.init_pid) == start) {
       int pfd = (int)syscall(SYS_pidfd_open, f.init_pid, 0);
       /* check again through the pidfd: the pid could have been reused
        * between the two looks */
-      if (pfd >= 0 && jail_proc_starttime(f.init_pid) == start) {
+      if (pfd >= 0 && sbxi_proc_starttime(f.init_pid) == start) {
         s = sbx_calloc(1, sizeof *s);
         s->hdr.drv = d;
         snprintf(s->hdr.id, sizeof s->hdr.id, "%s", id);

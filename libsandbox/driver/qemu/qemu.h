@@ -117,7 +117,6 @@ int qemu_vm_wait(sbx_instance *s, int timeout_ms, int *code, sbx_error *err);
 int qemu_vm_destroy(sbx_instance *s, sbx_error *err);
 int qemu_run_dir_path(const qemu_driver *qd, const char *id, const char *name, char *buf, size_t len,
                       sbx_error *err);
-unsigned long long qemu_proc_starttime(pid_t pid);
 int qemu_write_state(sbx_instance *s, sbx_error *err);
 
 /* x-ignore-shared: RAM in a shared file-backed block stays out of the

@@ -44,10 +44,10 @@ static sbx_instance *adopt(qemu_driver *qd, const char *id, sbx_found *f) {
   if (sscanf(buf, "%d %llu %d %u %u %31s", &pid, &start, &agent, &port, &cid, size) != 6 || pid <= 0) return NULL;
   f->init_pid = pid;
   const sbx_size_tier *tier = sbx_size_tier_get(size);
-  if (!tier || start == 0 || qemu_proc_starttime(pid) != start) return NULL;
+  if (!tier || start == 0 || sbxi_proc_starttime(pid) != start) return NULL;
   int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pfd < 0) return NULL;
-  if (qemu_proc_starttime(pid) != start) {
+  if (sbxi_proc_starttime(pid) != start) {
     close(pfd);
     return NULL;
   }

@@ -36,24 +36,6 @@ int qemu_run_dir_path(const qemu_driver *qd, const char *id, const char *name, c
   return 0;
 }
 
-/* Starting time of pid in clock ticks (field 22 of /proc/pid/stat): with
- * the pid, it names a process unambiguously across pid reuse. */
-unsigned long long qemu_proc_starttime(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')');
-  for (int f = 2; f < 22 && p; f++) {
-    p = strchr(p + 1, ' ');
-  }
-  return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
 /* A port the kernel just handed out and released: QEMU binds it a few ms
  * later. Another process could take it in between; QEMU then fails to
  * start and the caller sees that error (rare, and never silent). */
@@ -77,7 +59,7 @@ int qemu_write_state(sbx_instance *s, sbx_error *err) {
   int rc = qemu_run_dir_path(s->qd, s->hdr.id, "state", path, sizeof path, err);
   if (rc < 0) return rc;
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int n = snprintf(st, sizeof st, "%d %llu %d %u %u %s\n", (int)s->qemu_pid, qemu_proc_starttime(s->qemu_pid),
+  int n = snprintf(st, sizeof st, "%d %llu %d %u %u %s\n", (int)s->qemu_pid, sbxi_proc_starttime(s->qemu_pid),
                    (int)s->agent, (unsigned)s->port, (unsigned)s->cid, s->size->name);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0 || write(fd, st, (size_t)n) != n || rename(tmp, path) < 0) {
