@@ -157,7 +157,8 @@ static void *job_thread(void *arg) {
   json_t *out = NULL;
   sbx_error err;
   sbx_err_clear(&err);
-  int rc = j->tool->fn(&j->call, j->args, &out, &err);
+  int rc = j->tool->fn ? j->tool->fn(&j->call, j->args, &out, &err)
+                       : mcp_with_sandbox(&j->call, j->args, j->tool->on_sandbox, &out, &err);
   json_t *result;
   if (rc < 0) {
     fprintf(stderr, "sbxctl mcp: %s: %s\n", j->tool->name, err.msg);

@@ -80,6 +80,9 @@ bool mcp_call_running(mcp_call *c, sbx_sandbox *s, uint32_t pid);
 
 /* ---- tools (mcp_tools.c) ---- */
 typedef int (*mcp_tool_fn)(mcp_call *c, json_t *args, json_t **out, sbx_error *err);
+/* A verb on one sandbox: the caller resolves args' sandbox_id to s and
+ * frees it afterwards. */
+typedef int (*mcp_sandbox_fn)(mcp_call *c, sbx_sandbox *s, json_t *args, json_t **out, sbx_error *err);
 
 typedef struct mcp_tool {
   const char *name;
@@ -87,7 +90,8 @@ typedef struct mcp_tool {
   const char *description;
   const char *schema; /* JSON text of the inputSchema */
   bool read_only, destructive, idempotent;
-  mcp_tool_fn fn;
+  mcp_tool_fn fn;            /* tools that take no sandbox_id, or manage it themselves */
+  mcp_sandbox_fn on_sandbox; /* the rest: run on the sandbox of args' sandbox_id */
 } mcp_tool;
 
 extern const mcp_tool mcp_tools[];
@@ -100,18 +104,20 @@ int mcp_tool_check_args(const mcp_tool *t, json_t *args, sbx_error *err);
 
 /* ---- verbs (mcp_verbs.c) ---- */
 int mcp_create_sandbox(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_exec(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_spawn(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_ps(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_logs(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_kill(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_write_file(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_read_file(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_list_dir(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
+int mcp_exec(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_spawn(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_ps(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_logs(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_kill(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_write_file(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_read_file(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_list_dir(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
 int mcp_release(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
 int mcp_node_info(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
-int mcp_hibernate(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
+int mcp_hibernate(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
 int mcp_unsupported(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
+/* Run fn on the sandbox of args' sandbox_id. */
+int mcp_with_sandbox(mcp_call *c, json_t *a, mcp_sandbox_fn fn, json_t **out, sbx_error *err);
 
 /* ---- helpers (mcp_util.c) ---- */
 /* A JSON string of n bytes with invalid UTF-8 replaced by U+FFFD (jansson

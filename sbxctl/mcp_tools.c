@@ -24,7 +24,7 @@ const mcp_tool mcp_tools[] = {
      "\"size\":{\"type\":\"string\",\"description\":\"resource size, e.g. small, medium, large; default small\"},"
      "\"ttl_seconds\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":86400,"
      "\"description\":\"lease length in seconds; 0 or absent = 3600\"}},\"additionalProperties\":false}",
-     false, false, false, mcp_create_sandbox},
+     false, false, false, mcp_create_sandbox, NULL},
     {"exec", "Run a shell command",
      "Run a shell command (sh -c) in a sandbox and wait for it; returns exit_code, stdout and stderr (each "
      "capped at 1 MiB, truncated=true when cut). A non-zero exit code is a normal result.",
@@ -32,7 +32,7 @@ const mcp_tool mcp_tools[] = {
      "\"command\":{\"type\":\"string\",\"description\":\"shell command line, run with sh -c\"},"
      "\"cwd\":{\"type\":\"string\",\"description\":\"working directory; default the sandbox's home\"}},"
      "\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
-     false, true, false, mcp_exec},
+     false, true, false, NULL, mcp_exec},
     {"spawn", "Start a background command",
      "Start a shell command (sh -c) in the background and return its pid at once; read its output with logs, "
      "stop it with kill.",
@@ -40,22 +40,22 @@ const mcp_tool mcp_tools[] = {
      "\"command\":{\"type\":\"string\",\"description\":\"shell command line, run with sh -c\"},"
      "\"cwd\":{\"type\":\"string\",\"description\":\"working directory\"}},"
      "\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
-     false, true, false, mcp_spawn},
+     false, true, false, NULL, mcp_spawn},
     {"ps", "List processes",
      "List the processes started in a sandbox (by exec or spawn) with pid, command, state and exit code.",
-     ONLY_ID, true, false, true, mcp_ps},
+     ONLY_ID, true, false, true, NULL, mcp_ps},
     {"logs", "Read process output",
      "Return the output retained so far of a process started by spawn (stdout, stderr, each capped at 1 MiB), "
      "and its exit code once it has exited.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP "," PID_PROP "},"
      "\"required\":[\"sandbox_id\",\"pid\"],\"additionalProperties\":false}",
-     true, false, true, mcp_logs},
+     true, false, true, NULL, mcp_logs},
     {"kill", "Signal a process",
      "Send a signal (default 9, SIGKILL) to a process in a sandbox.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP "," PID_PROP ","
      "\"signal\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":64,\"description\":\"signal number; default 9\"}},"
      "\"required\":[\"sandbox_id\",\"pid\"],\"additionalProperties\":false}",
-     false, true, false, mcp_kill},
+     false, true, false, NULL, mcp_kill},
     {"write_file", "Write a file",
      "Create or replace a text file in a sandbox atomically (parent directory must exist); returns the bytes "
      "written.",
@@ -63,57 +63,57 @@ const mcp_tool mcp_tools[] = {
      "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"},"
      "\"content\":{\"type\":\"string\",\"description\":\"the whole new file content (UTF-8 text)\"}},"
      "\"required\":[\"sandbox_id\",\"path\",\"content\"],\"additionalProperties\":false}",
-     false, true, true, mcp_write_file},
+     false, true, true, NULL, mcp_write_file},
     {"read_file", "Read a file",
      "Return the content of a regular UTF-8 text file in a sandbox (at most 1 MiB; use exec for larger or "
      "binary files).",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
      "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"}},"
      "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
-     true, false, true, mcp_read_file},
+     true, false, true, NULL, mcp_read_file},
     {"list_dir", "List a directory",
      "List a directory in a sandbox: each entry's name, type (file, dir, symlink, other) and size.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
      "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"}},"
      "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
-     true, false, true, mcp_list_dir},
+     true, false, true, NULL, mcp_list_dir},
     {"release", "Release sandbox",
      "Destroy a sandbox and everything in it; call it when done. Releasing an unknown sandbox succeeds.",
-     ONLY_ID, false, true, true, mcp_release},
+     ONLY_ID, false, true, true, mcp_release, NULL},
     {"node_info", "Node info",
      "Show the sandboxd node's state: warm pools (template, net, size, warm count), claimed sandboxes, "
      "capacity. Needs the operator token.",
-     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true, mcp_node_info},
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true, mcp_node_info, NULL},
     {"fork", "Fork sandbox",
      "Copy a running sandbox into a new one with the same files and return the new sandbox_id." UNSUPPORTED,
-     ONLY_ID, false, false, false, mcp_unsupported},
+     ONLY_ID, false, false, false, mcp_unsupported, NULL},
     {"hibernate", "Hibernate sandbox",
      "Suspend a sandbox to disk to save resources; it wakes on the next call." UNSUPPORTED, ONLY_ID, false, false,
-     true, mcp_hibernate},
+     true, NULL, mcp_hibernate},
     {"checkpoint", "Checkpoint sandbox",
      "Save a sandbox's filesystem as a named checkpoint that outlives the sandbox; returns checkpoint_id." UNSUPPORTED,
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
      "\"name\":{\"type\":\"string\",\"description\":\"optional label\"}},"
      "\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
-     false, false, false, mcp_unsupported},
+     false, false, false, mcp_unsupported, NULL},
     {"branch_checkpoint", "Sandbox from checkpoint",
      "Create a new sandbox starting from a checkpoint; returns sandbox_id." UNSUPPORTED,
      "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
      "\"additionalProperties\":false}",
-     false, false, false, mcp_unsupported},
+     false, false, false, mcp_unsupported, NULL},
     {"list_checkpoints", "List checkpoints", "List the checkpoints this token owns." UNSUPPORTED,
-     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true, mcp_unsupported},
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true, mcp_unsupported, NULL},
     {"delete_checkpoint", "Delete checkpoint", "Delete a checkpoint for good." UNSUPPORTED,
      "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
      "\"additionalProperties\":false}",
-     false, true, true, mcp_unsupported},
+     false, true, true, mcp_unsupported, NULL},
     {"promote", "Promote checkpoint",
      "Make a checkpoint the template new sandboxes of that template start from (replaces the previous "
      "one)." UNSUPPORTED,
      "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
      "\"additionalProperties\":false}",
-     false, true, true, mcp_unsupported},
-    {NULL, NULL, NULL, NULL, false, false, false, NULL},
+     false, true, true, mcp_unsupported, NULL},
+    {NULL, NULL, NULL, NULL, false, false, false, NULL, NULL},
 };
 
 const mcp_tool *mcp_tool_find(const char *name) {

@@ -16,6 +16,16 @@ static void put_sandbox(sbx_sandbox *s, bool owned) {
   if (owned) sbx_sandbox_free(s);
 }
 
+int mcp_with_sandbox(mcp_call *c, json_t *a, mcp_sandbox_fn fn, json_t **out, sbx_error *err) {
+  sbx_sandbox *s;
+  bool owned;
+  int rc = get_sandbox(c, a, &s, &owned, err);
+  if (rc < 0) return rc;
+  rc = fn(c, s, a, out, err);
+  put_sandbox(s, owned);
+  return rc;
+}
+
 /* The node's default template: its first pool's (needs the operator
  * token), else "host", the template every jail node has. */
 static const char *node_template(mcp_call *c, char *buf, size_t n) {
@@ -114,11 +124,8 @@ static void capture_free(capture *cp) {
   sbx_buf_free(&cp->errout);
 }
 
-int mcp_exec(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_exec(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   const char *argv[] = {"sh", "-c", arg_str(a, "command"), NULL};
   sbx_exec_opts eo = {.argv = argv, .cwd = arg_str(a, "cwd")};
   capture cp;
@@ -133,15 +140,11 @@ int mcp_exec(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
     json_object_set_new(*out, "exit_code", json_integer(code));
   }
   capture_free(&cp);
-  put_sandbox(s, owned);
   return rc;
 }
 
-int mcp_logs(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_logs(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   capture cp;
   capture_init(&cp, c, s);
   sbx_agent_exec_io io = {.on_output = cap_output, .ud = &cp, .stdin_fd = -1};
@@ -155,35 +158,26 @@ int mcp_logs(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
     if (code != INT32_MIN) json_object_set_new(*out, "exit_code", json_integer(code));
   }
   capture_free(&cp);
-  put_sandbox(s, owned);
   return rc;
 }
 
-int mcp_spawn(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_spawn(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   const char *argv[] = {"sh", "-c", arg_str(a, "command"), NULL};
   sbx_exec_opts eo = {.argv = argv, .cwd = arg_str(a, "cwd")};
   uint32_t pid = 0;
   rc = sbx_sandbox_spawn(s, &eo, &pid, err);
   if (rc < 0) mcp_explain("spawn in", sbx_sandbox_id(s), err);
   else *out = json_pack("{s:I}", "pid", (json_int_t)pid);
-  put_sandbox(s, owned);
   return rc;
 }
 
-int mcp_ps(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_ps(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   sbx_wire_resp resp;
   rc = sbx_sandbox_ps(s, &resp, err);
   if (rc < 0) {
     mcp_explain("ps in", sbx_sandbox_id(s), err);
-    put_sandbox(s, owned);
     return rc;
   }
   json_t *arr = json_array();
@@ -200,45 +194,33 @@ int mcp_ps(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
   }
   sbx_wire_resp_free(&resp);
   *out = json_pack("{s:o}", "processes", arr);
-  put_sandbox(s, owned);
   return 0;
 }
 
-int mcp_kill(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_kill(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   json_t *sig = json_object_get(a, "signal");
   int signo = sig ? (int)json_integer_value(sig) : 9;
   uint32_t pid = (uint32_t)json_integer_value(json_object_get(a, "pid"));
   rc = sbx_sandbox_kill(s, pid, signo, err);
   if (rc < 0) mcp_explain("kill in", sbx_sandbox_id(s), err);
   else *out = json_pack("{s:I,s:i,s:b}", "pid", (json_int_t)pid, "signal", signo, "sent", 1);
-  put_sandbox(s, owned);
   return rc;
 }
 
-int mcp_write_file(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_write_file(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   json_t *content = json_object_get(a, "content");
   const char *path = arg_str(a, "path");
   size_t n = json_string_length(content);
   rc = sbx_sandbox_write_file(s, path, json_string_value(content), n, -1, err);
   if (rc < 0) mcp_explain("write_file in", sbx_sandbox_id(s), err);
   else *out = json_pack("{s:s,s:I}", "path", path, "bytes", (json_int_t)n);
-  put_sandbox(s, owned);
   return rc;
 }
 
-int mcp_read_file(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_read_file(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   const char *path = arg_str(a, "path");
   sbx_wire_file_info fi;
   sbx_buf b = SBX_BUF_INIT(MCP_FILE_CAP);
@@ -270,7 +252,6 @@ int mcp_read_file(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
     }
   }
   sbx_buf_free(&b);
-  put_sandbox(s, owned);
   return rc;
 }
 
@@ -296,11 +277,8 @@ static int on_entry(void *ud, const sbx_wire_dir_entry *e) {
   return 0;
 }
 
-int mcp_list_dir(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_list_dir(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   const char *path = arg_str(a, "path");
   list_ud l = {.arr = json_array()};
   rc = sbx_sandbox_list_dir(s, path, on_entry, &l, err);
@@ -310,7 +288,6 @@ int mcp_list_dir(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
   } else {
     *out = json_pack("{s:s,s:o,s:b}", "path", path, "entries", l.arr, "truncated", l.truncated);
   }
-  put_sandbox(s, owned);
   return rc;
 }
 
@@ -334,7 +311,6 @@ int mcp_release(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
     fprintf(stderr, "sbxctl mcp: released %s\n", id);
     *out = json_pack("{s:s,s:b}", "sandbox_id", id, "released", 1);
   }
-  put_sandbox(s, owned);
   return rc;
 }
 
@@ -356,11 +332,8 @@ int mcp_node_info(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
   return 0;
 }
 
-int mcp_hibernate(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
-  sbx_sandbox *s;
-  bool owned;
-  int rc = get_sandbox(c, a, &s, &owned, err);
-  if (rc < 0) return rc;
+int mcp_hibernate(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
+  int rc;
   rc = sbx_sandbox_hibernate(s, err);
   if (rc < 0 && sbx_client_error_kind(err) == SBX_CLIENT_ERR_API && (err->detail == 501 || err->detail == 405))
     sbx_err(err, SBX_E_UNSUPPORTED, "hibernate is not supported by this sandboxd yet; the sandbox keeps running");
@@ -368,7 +341,6 @@ int mcp_hibernate(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
     mcp_explain("hibernate", sbx_sandbox_id(s), err);
   else
     *out = json_pack("{s:s,s:b}", "sandbox_id", sbx_sandbox_id(s), "hibernated", 1);
-  put_sandbox(s, owned);
   return rc;
 }
 
