@@ -1,0 +1,64 @@
+#!/bin/sh
+# ctest template_debian: build a Debian template with the project's script and
+# run sandboxes on it. The template is cached under SBX_TEST_CACHE (default
+# /var/cache/sandbox-tests) so that the normal and sanitizer runs of one CI job
+# debootstrap once; the cache is keyed by the script's checksum, so a changed
+# script is built again.
+set -eu
+src=${1:?usage: run.sh SOURCE_DIR BUILD_BIN_DIR}
+bin=${2:?usage: run.sh SOURCE_DIR BUILD_BIN_DIR}
+script=$src/scripts/build-template-debian
+cache=${SBX_TEST_CACHE:-/var/cache/sandbox-tests}
+fail() { echo "template_debian: FAIL: $*" >&2; exit 1; }
+
+# Usage errors exit 2 and build nothing.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT INT TERM
+rc=0; "$script" >/dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "no arguments: exit $rc, want 2"
+rc=0; "$script" "$scratch" ../x >/dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "name ../x: exit $rc, want 2"
+rc=0; "$script" --bogus "$scratch" x >/dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "unknown option: exit $rc, want 2"
+# A failed build (a mirror nobody listens on) leaves no template behind.
+rc=0; "$script" --mirror http://127.0.0.1:9/debian "$scratch" broken >/dev/null 2>&1 || rc=$?
+[ "$rc" != 0 ] || fail "an unreachable mirror built a template"
+[ -z "$(ls -A "$scratch")" ] || fail "a failed build left $(ls -A "$scratch") in the templates dir"
+
+mkdir -p "$cache"
+exec 9>"$cache/.template_debian.lock"
+flock 9
+key=$(sha256sum "$script" | cut -c1-16)
+templates=$cache/templates-$key
+if [ ! -d "$templates/debian/rootfs" ]; then
+  rm -rf "$cache"/templates-*
+  echo "template_debian: building the template (debootstrap)" >&2
+  "$script" "$templates" debian >&2 || fail "build-template-debian failed"
+fi
+flock -u 9
+root=$templates/debian/rootfs
+[ -s "$root/etc/debian_version" ] || fail "no /etc/debian_version in the template"
+[ ! -s "$root/etc/machine-id" ] || fail "the template carries a machine-id"
+! ls "$root"/etc/ssh/ssh_host_* >/dev/null 2>&1 || fail "the template carries SSH host keys"
+
+# sbxctl local run finds templates under $SBX_STATE_DIR/templates.
+state=$scratch/state
+mkdir -p "$state"
+ln -s "$templates" "$state/templates"
+run() { SBX_STATE_DIR=$state SBX_RUN_DIR=$scratch/run "$bin/sbxctl" local run --template debian -- "$@"; }
+
+out=$(run python3 -c 'print(6*7)') || fail "python3 in the template: exit $?"
+[ "$out" = 42 ] || fail "python3 printed '$out', want 42"
+out=$(run git --version) || fail "git in the template: exit $?"
+case $out in "git version "*) ;; *) fail "git printed '$out'" ;; esac
+# The root is the template's, not the host's: the host has cmake (it built
+# this test), a minbase template does not.
+dpkg-query -W cmake >/dev/null 2>&1 || fail "the host lacks cmake, so this check proves nothing"
+rc=0; run dpkg-query -W cmake >/dev/null 2>&1 || rc=$?
+[ "$rc" != 0 ] || fail "cmake is installed inside the sandbox: the root is not the template"
+# Writes stay in the sandbox's layer: the template is unchanged afterwards.
+run sh -c 'echo scratch > /etc/sbx-written && cat /etc/sbx-written' >/dev/null || fail "write in the sandbox failed"
+[ ! -e "$root/etc/sbx-written" ] || fail "a sandbox's write reached the template"
+rc=0; run test -e /etc/sbx-written || rc=$?
+[ "$rc" = 1 ] || fail "a second sandbox sees the first one's write (exit $rc)"
+echo "template_debian: ok ($(cat "$root/etc/debian_version"), $(ls "$root/usr/bin" | wc -l) programs in /usr/bin)"
