@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "silkd.h"
@@ -20,8 +21,7 @@ struct conn {
   int fd_in, fd_out;
   struct event *rev, *wev, *kick;
   struct evbuffer *out;
-  sbx_frame_reader *fr;
-  char *rbuf;
+  sbx_frame_reader *fr; /* fill mode: the socket is read straight into it */
   uint8_t *scratch; /* decoded bulk payloads */
   size_t scratch_cap;
   char *pending; /* a request read while a fed RPC ran (§2.6b) */
@@ -39,6 +39,7 @@ struct conn {
   bool aborted;   /* rpc_ops.abort already called */
   bool pumping;
   bool is_stdio;
+  bool big_sndbuf; /* SO_SNDBUF raised, at the first bulk frame */
   struct conn *next, *prev;
 };
 
@@ -57,7 +58,6 @@ static void conn_free(struct conn *c) {
   event_free(c->kick);
   evbuffer_free(c->out);
   sbx_frame_reader_free(c->fr);
-  sbx_free(c->rbuf);
   sbx_free(c->scratch);
   sbx_free(c->pending);
   if (c->is_stdio) {
@@ -125,7 +125,6 @@ void conn_start(int fd_in, int fd_out) {
   c->kick = event_new(silkd.base, -1, 0, on_kick, c);
   c->out = evbuffer_new();
   c->fr = sbx_frame_reader_new(SBX_WIRE_FRAME_CAP);
-  c->rbuf = sbx_malloc(SILKD_READ_BUF);
   c->next = conns;
   if (conns) conns->prev = c;
   conns = c;
@@ -217,6 +216,16 @@ bool conn_send_started(struct conn *c, uint32_t pid) {
 
 bool conn_send_bulk(struct conn *c, sbx_wire_bulk kind, const void *p, size_t n) {
   if (c->broken) return false;
+  if (!c->big_sndbuf) {
+    /* A bulk frame (about 350 KB) does not fit the default 208 KiB socket
+     * buffer, so each one took several wakeups of both sides. Only
+     * connections that stream get it. Not a socket (stdio on a pipe): the
+     * call just fails. */
+    c->big_sndbuf = true;
+    int sb = SILKD_SNDBUF;
+    if (setsockopt(c->fd_out, SOL_SOCKET, SO_SNDBUFFORCE, &sb, sizeof sb) < 0)
+      setsockopt(c->fd_out, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
+  }
   bool was_empty = evbuffer_get_length(c->out) == 0;
   size_t len = sbx_wire_bulk_frame_len(kind, n);
   struct evbuffer_iovec v;
@@ -254,6 +263,7 @@ void conn_rpc_done(struct conn *c) {
     c->scratch = NULL;
     c->scratch_cap = 0;
   }
+  sbx_frame_reader_trim(c->fr, SILKD_READ_KEEP);
   kick(c);
 }
 
@@ -415,9 +425,15 @@ static void conn_pump(struct conn *c) {
       if (!c->in_rpc && !c->closing) close_after_flush(c);
       break;
     }
-    ssize_t n = read(c->fd_in, c->rbuf, SILKD_READ_BUF);
+    char *where;
+    size_t room;
+    if (sbx_frame_reader_space(c->fr, SILKD_READ_MIN, &where, &room, &e) < 0) {
+      conn_break(c);
+      break;
+    }
+    ssize_t n = read(c->fd_in, where, room);
     if (n > 0) {
-      sbx_frame_reader_feed(c->fr, c->rbuf, (size_t)n);
+      sbx_frame_reader_commit(c->fr, (size_t)n);
     } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       c->eof = true;
       sbx_frame_reader_finish(c->fr);

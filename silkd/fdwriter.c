@@ -3,6 +3,7 @@
  * by watching fdwriter_pending and pausing its own input.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -63,8 +64,28 @@ struct fdwriter *fdwriter_new(int fd, fdwriter_cb cb, void *arg) {
 
 size_t fdwriter_write(struct fdwriter *w, const void *p, size_t n) {
   if (w->failed || w->closed || w->close_when_done) return 0;
-  evbuffer_add(w->q, p, n);
-  fdw_flush(w);
+  /* Nothing queued: write straight from the caller's bytes and queue only
+   * what the fd refused, instead of copying everything through the queue. */
+  if (evbuffer_get_length(w->q) == 0) {
+    const uint8_t *s = p;
+    while (n > 0) {
+      ssize_t k = write(w->fd, s, n);
+      if (k > 0) {
+        s += k;
+        n -= (size_t)k;
+        continue;
+      }
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      w->failed = true; /* EPIPE and friends: discard from now on (§5.2) */
+      return 0;
+    }
+    p = s;
+  }
+  if (n > 0) {
+    evbuffer_add(w->q, p, n);
+    fdw_flush(w);
+  }
   return evbuffer_get_length(w->q);
 }
 

@@ -41,14 +41,23 @@ static void fsw_free(struct fsw *w, bool unlink_tmp) {
   conn_rpc_done(c);
 }
 
+/* The temp file is gone before the client hears of the failure, so an
+ * error answer means no trace is left (§5.5). */
+static void fsw_fail(struct fsw *w, int errnum, const char *ctx) {
+  if (w->fd >= 0) close(w->fd);
+  w->fd = -1;
+  unlink(w->tmp);
+  send_os(w->c, errnum, ctx);
+  fsw_free(w, false);
+}
+
 static void fsw_data(void *rpc, sbx_wire_op op, const uint8_t *d, size_t n) {
   struct fsw *w = rpc;
   while (n > 0) {
     ssize_t k = write(w->fd, d, n);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      send_os(w->c, errno, "write");
-      fsw_free(w, true);
+      fsw_fail(w, errno, "write");
       return;
     }
     d += k;
@@ -59,28 +68,25 @@ static void fsw_data(void *rpc, sbx_wire_op op, const uint8_t *d, size_t n) {
 static void fsw_end(void *rpc) {
   struct fsw *w = rpc;
   struct stat st;
-  /* Close first: that is where a delayed write error (NFS, quota) shows. */
-  int fd = w->fd;
-  w->fd = -1;
   mode_t mode = 0;
   bool set = true;
   if (w->has_mode) mode = w->mode & 07777;
   else if (stat(w->path, &st) == 0) mode = st.st_mode & 07777;
   else set = false;
-  if (set && fchmod(fd, mode) < 0) {
-    send_os(w->c, errno, "chmod");
-    close(fd);
-    fsw_free(w, true);
+  if (set && fchmod(w->fd, mode) < 0) {
+    fsw_fail(w, errno, "chmod");
     return;
   }
+  /* Close before the commit: that is where a delayed write error (NFS,
+   * quota) shows. */
+  int fd = w->fd;
+  w->fd = -1;
   if (close(fd) < 0) {
-    send_os(w->c, errno, "flush");
-    fsw_free(w, true);
+    fsw_fail(w, errno, "flush");
     return;
   }
-  if (rename(w->tmp, w->path) < 0) {
-    send_os(w->c, errno, "commit");
-    fsw_free(w, true);
+  if (replace_at(AT_FDCWD, w->tmp, AT_FDCWD, w->path) < 0) {
+    fsw_fail(w, errno, "commit");
     return;
   }
   conn_send_simple(w->c, SBX_RESP_DONE);

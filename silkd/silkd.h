@@ -20,7 +20,12 @@
 #include <sandbox/error.h>
 #include <sandbox/wire.h>
 
-#define SILKD_READ_BUF (256 * 1024) /* a whole recommended upload chunk per read */
+/* Connections read into their frame reader's buffer, at least this much
+ * room per read; it grows for bulk frames and is given back between RPCs
+ * when it passed SILKD_READ_KEEP. */
+#define SILKD_READ_MIN (64 * 1024)
+#define SILKD_READ_KEEP (1024 * 1024)
+#define SILKD_SNDBUF (1024 * 1024) /* SO_SNDBUF of client sockets; the kernel doubles it */
 #define SILKD_PIECE (32 * 1024)        /* process output read size (§6) */
 #define SILKD_BULK (256 * 1024)        /* fs_read, fs_pull, port_forward reads */
 #define SILKD_RING_CAP (256 * 1024)    /* per-process output ring */
@@ -117,8 +122,8 @@ struct spawn_opts {
   bool new_pgrp;     /* session shells */
   bool setsid_ctty;  /* pty shells: setsid + TIOCSCTTY on fd0 */
 };
-/* fork + exec with a CLOEXEC status pipe, so chdir/exec failures come back
- * before we answer started. err->os_errno holds the errno on failure. */
+/* vfork + exec; chdir/exec failures come back (in memory the vfork child
+ * shares) before we answer started. err->os_errno holds the errno on failure. */
 int spawn_child(const struct spawn_opts *o, pid_t *pid, sbx_error *err);
 /* Passwd lookup without NSS (static binary): /etc/passwd only. */
 int user_lookup(const char *name, uid_t *uid, gid_t *gid, char **home);
@@ -177,6 +182,9 @@ void verb_fs_mkdir(struct conn *c, sbx_wire_req *req);
 void verb_fs_rm(struct conn *c, sbx_wire_req *req);
 void verb_fs_rename(struct conn *c, sbx_wire_req *req);
 int rm_tree_at(int dirfd, const char *name, sbx_error *err);
+/* rename(2) semantics (atomic replace of a file or symlink; a directory
+ * target fails) without ext4's flush of the source on replace (replace.c). */
+int replace_at(int fromdir, const char *from, int todir, const char *to);
 
 void verb_fs_push(struct conn *c, sbx_wire_req *req);
 void verb_fs_pull(struct conn *c, sbx_wire_req *req);

@@ -1,7 +1,8 @@
 /* tar.c - fs_push and fs_pull (§5.6) on the loop side, plus the archive
  * writer for fs_pull. libarchive's blocking reads and writes run on a worker
- * thread that talks to the loop through a pipe, so the loop keeps its usual
- * backpressure: a slow client pauses the pipe, a slow disk pauses the client.
+ * thread, fed through a block queue (push, tarq.c) or a pipe (pull), so the
+ * loop keeps its usual backpressure: a slow client pauses the worker, a slow
+ * disk pauses the client.
  */
 #include <archive.h>
 #include <archive_entry.h>
@@ -23,12 +24,11 @@ struct push {
   struct conn *c; /* NULL once aborted */
   struct tar_job job;
   pthread_t thread;
-  struct fdwriter *w;
   int notify_rd;
   struct event *notify_ev;
   int dest_fd;
   char stage[96];
-  bool worker_reported, data_end, input_closed, finished;
+  bool worker_reported, data_end, finished;
 };
 
 static int merge_dir(int sfd, int dfd, sbx_error *err) {
@@ -58,7 +58,7 @@ static int merge_dir(int sfd, int dfd, sbx_error *err) {
       rc = sbx_err_os(err, errno, "merge push");
       break;
     }
-    if (renameat(sfd, n, dfd, n) < 0) rc = sbx_err_os(err, errno, "merge push");
+    if (replace_at(sfd, n, dfd, n) < 0) rc = sbx_err_os(err, errno, "merge push");
   }
   closedir(d);
   return rc;
@@ -74,16 +74,16 @@ static void push_free(struct push *p) {
     rm_tree_at(p->dest_fd, p->stage, &e);
     close(p->dest_fd);
   }
+  tarq_free(p->job.q);
   sbx_free(p);
 }
 
-/* Both the worker's verdict and (on success) data_end are in, and the pipe
- * is closed: finish the RPC. */
+/* Both the worker's verdict and (on success) data_end are in: finish the
+ * RPC. */
 static void push_finish(struct push *p) {
   if (p->finished) return;
   p->finished = true;
-  fdwriter_free(p->w);
-  p->w = NULL;
+  tarq_end(p->job.q);
   pthread_join(p->thread, NULL);
   struct conn *c = p->c;
   sbx_error e;
@@ -104,36 +104,32 @@ static void push_maybe_finish(struct push *p) {
     push_finish(p);
     return;
   }
-  if (p->data_end && p->input_closed) push_finish(p);
+  if (p->data_end) push_finish(p);
 }
 
 static void on_push_notify(evutil_socket_t fd, short what, void *arg) {
   struct push *p = arg;
-  char b;
-  if (read(fd, &b, 1) != 1) return;
-  p->worker_reported = true;
-  push_maybe_finish(p);
-}
-
-static void push_drained(void *arg, int err) {
-  struct push *p = arg;
-  if (p->c) conn_pause_input(p->c, false);
-  if (p->data_end && fdwriter_pending(p->w) == 0) {
-    p->input_closed = true;
-    push_maybe_finish(p);
+  char b[16];
+  ssize_t n = read(fd, b, sizeof b);
+  bool result = false;
+  for (ssize_t i = 0; i < n; i++) {
+    if (b[i] == TARQ_NOTIFY_ROOM && p->c) conn_pause_input(p->c, false);
+    if (b[i] == TARQ_NOTIFY_RESULT) result = true;
   }
+  if (!result) return;
+  p->worker_reported = true;
+  push_maybe_finish(p); /* may free p */
 }
 
 static void push_data(void *rpc, sbx_wire_op op, const uint8_t *d, size_t n) {
   struct push *p = rpc;
-  if (fdwriter_write(p->w, d, n) > SILKD_STDIN_HIGH) conn_pause_input(p->c, true);
+  if (tarq_put(p->job.q, d, n)) conn_pause_input(p->c, true);
 }
 
 static void push_end(void *rpc) {
   struct push *p = rpc;
   p->data_end = true;
-  fdwriter_close_when_done(p->w);
-  if (fdwriter_pending(p->w) == 0) p->input_closed = true;
+  tarq_end(p->job.q);
   push_maybe_finish(p);
 }
 
@@ -143,8 +139,7 @@ static void push_abort(void *rpc) {
   p->c = NULL;
   conn_rpc_done(c);
   /* The worker sees EOF (a truncated archive), reports, and we clean up. */
-  fdwriter_free(p->w);
-  p->w = NULL;
+  tarq_end(p->job.q);
   push_maybe_finish(p);
 }
 
@@ -186,10 +181,10 @@ void verb_fs_push(struct conn *c, sbx_wire_req *req) {
     return;
   }
   snprintf(p->stage, sizeof p->stage, ".silkd-push-%d-%llu", (int)silkd.pid, (unsigned long long)silkd_next_id());
-  int pipefd[2], nfd[2];
+  int nfd[2];
   if (mkdirat(p->dest_fd, p->stage, 0700) < 0 ||
       (p->job.root_fd = openat(p->dest_fd, p->stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-      pipe2(pipefd, O_CLOEXEC) < 0) {
+      pipe2(nfd, O_CLOEXEC) < 0) {
     sbx_err_os(&e, errno, "stage push");
     conn_send_sbx_error(c, &e, SBX_ERR_INTERNAL);
     if (p->job.root_fd < 0) { /* mkdirat may have failed: nothing to remove */
@@ -199,22 +194,13 @@ void verb_fs_push(struct conn *c, sbx_wire_req *req) {
     push_free(p);
     return;
   }
-  if (pipe2(nfd, O_CLOEXEC) < 0) {
-    sbx_err_os(&e, errno, "stage push");
-    conn_send_sbx_error(c, &e, SBX_ERR_INTERNAL);
-    close(pipefd[0]);
-    close(pipefd[1]);
-    push_free(p);
-    return;
-  }
   p->c = c;
-  p->job.pipe_fd = pipefd[0];
   p->job.notify_fd = nfd[1];
+  p->job.q = tarq_new(nfd[1]);
   p->notify_rd = nfd[0];
+  set_nonblock(nfd[0]);
   p->notify_ev = event_new(silkd.base, nfd[0], EV_READ | EV_PERSIST, on_push_notify, p);
   event_add(p->notify_ev, NULL);
-  fcntl(pipefd[1], F_SETPIPE_SZ, 1 << 20);
-  p->w = fdwriter_new(pipefd[1], push_drained, p);
   pthread_create(&p->thread, NULL, tar_extract_worker, &p->job);
   conn_rpc_begin(c, &push_ops, p);
 }

@@ -265,7 +265,7 @@ void *tar_extract_worker(void *arg) {
   struct dirmeta *dirs = NULL;
   size_t ndirs = 0;
   j->rc = -1;
-  if (archive_read_open_fd(a, j->pipe_fd, 1 << 20) != ARCHIVE_OK) {
+  if (archive_read_open(a, j->q, NULL, tarq_read, NULL) != ARCHIVE_OK) {
     snprintf(j->msg, sizeof j->msg, "tar extract: %s", archive_error_string(a));
     goto out;
   }
@@ -288,14 +288,11 @@ out:
     for (size_t i = 0; i < ndirs; i++) sbx_free(dirs[i].path);
     sbx_free(dirs);
   }
-  /* Report first (a failure is answered at once), then drain what the loop
-   * still writes so it never blocks on a dead reader; it closes its end on
-   * data_end or after a failure, and joins us after that. */
-  char one = 1;
-  if (write(j->notify_fd, &one, 1) < 0) {}
-  char sink[65536];
-  while (read(j->pipe_fd, sink, sizeof sink) > 0) {}
+  /* From here on the loop drops what still comes; then report, so a
+   * failure is answered at once. The loop joins us after that. */
   archive_read_free(a);
-  close(j->pipe_fd);
+  tarq_close_reader(j->q);
+  char b = TARQ_NOTIFY_RESULT;
+  if (write(j->notify_fd, &b, 1) < 0) {}
   return NULL;
 }

@@ -351,6 +351,15 @@ void sbx_frame_reader_finish(sbx_frame_reader *r);
  * 0: the fed input is used up (or, after finish, the stream is over).
  * SBX_E_TOOBIG: a line passed the cap. */
 int sbx_frame_reader_next(sbx_frame_reader *r, const char **line, size_t *len, sbx_error *err);
+/* Fill mode, the zero-copy alternative to feed (use one or the other on a
+ * reader): read at most *avail bytes into *where (room for at least min),
+ * then commit the count. Every line is then returned in place, valid until
+ * the next sbx_frame_reader_space. Take all lines out before asking for
+ * space again. SBX_E_TOOBIG once a line passed the cap. */
+int sbx_frame_reader_space(sbx_frame_reader *r, size_t min, char **where, size_t *avail, sbx_error *err);
+void sbx_frame_reader_commit(sbx_frame_reader *r, size_t n);
+/* Fill mode: give a buffer larger than keep back when it holds nothing. */
+void sbx_frame_reader_trim(sbx_frame_reader *r, size_t keep);
 /* Bytes held for an incomplete line. */
 size_t sbx_frame_reader_pending(const sbx_frame_reader *r);
 bool sbx_frame_reader_at_eof(const sbx_frame_reader *r);

@@ -52,6 +52,36 @@ static int count_tmp(const char *dir) {
   return n;
 }
 
+/* One request and the exact answer it must get, for the verbs that answer
+ * with a single final frame. */
+typedef struct {
+  const char *req; /* printf format; each %s is the test root */
+  bool done;       /* expect done; otherwise an error: */
+  sbx_wire_error_kind kind;
+  const char *msg;    /* the whole message, or NULL */
+  const char *prefix; /* or its start, or NULL */
+} fs_case;
+
+static void run_cases(sc *c, const fs_case *cases, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const fs_case *k = &cases[i];
+    sc_result res;
+    sc_sendf(c, k->req, root, root);
+    assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
+    if (k->done) {
+      assert_int_equal(res.final, SBX_RESP_DONE);
+    } else {
+      if (res.final != SBX_RESP_ERROR) fprintf(stderr, "case %zu: %s: no error\n", i, k->req);
+      assert_int_equal(res.final, SBX_RESP_ERROR);
+      assert_int_equal(res.kind, k->kind);
+      if (k->msg) assert_string_equal(res.msg, k->msg);
+      if (k->prefix) assert_int_equal(strncmp(res.msg, k->prefix, strlen(k->prefix)), 0);
+    }
+    sc_result_free(&res);
+  }
+}
+#define N_CASES(a) (sizeof(a) / sizeof(a)[0])
+
 static void test_fs_write_read(void **state) {
   sc *c = sc_open(&srv);
   char path[512];
@@ -187,26 +217,76 @@ static void test_fs_concurrent_writers(void **state) {
   for (int i = 0; i < N; i++) sbx_free(bufs[i]);
 }
 
-static void test_fs_read_errors(void **state) {
+/* The commit replaces what is at the path as rename(2) would: a symlink
+ * itself (not its target), one name of a hard-linked file (the other keeps
+ * the old bytes), and never a directory. */
+static void write_hello(sc *c, const char *path, sc_result *res) {
+  sc_sendf(c, "{\"v\":1,\"op\":\"fs_write\",\"path\":\"%s\"}", path);
+  sc_sendf(c, "{\"v\":1,\"op\":\"data\",\"data\":\"aGVsbG8=\"}");
+  sc_sendf(c, "{\"v\":1,\"op\":\"data_end\"}");
+  assert_int_equal(sc_collect(c, res, SC_FIN_DONE), 1);
+}
+
+static void test_fs_write_replaces(void **state) {
+  char dir[512], target[512], sym[512], other[512], path[512];
+  snprintf(dir, sizeof dir, "%s/repl", root);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  snprintf(target, sizeof target, "%s/target", dir);
+  snprintf(sym, sizeof sym, "%s/link", dir);
+  put_file(target, "target");
+  assert_int_equal(symlink(target, sym), 0);
   sc *c = sc_open(&srv);
   sc_result res;
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s/missing\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
-  assert_string_equal(res.msg, "open: No such file or directory (os error 2)");
+  write_hello(c, sym, &res);
+  assert_int_equal(res.final, SBX_RESP_DONE);
   sc_result_free(&res);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_BAD_REQUEST);
-  assert_string_equal(res.msg, "open: not a regular file");
+  struct stat st;
+  assert_int_equal(lstat(sym, &st), 0);
+  assert_true(S_ISREG(st.st_mode));
+  char *got = slurp(sym, NULL);
+  assert_string_equal(got, "hello");
+  sbx_free(got);
+  got = slurp(target, NULL);
+  assert_string_equal(got, "target");
+  sbx_free(got);
+  /* hard links */
+  snprintf(other, sizeof other, "%s/other", dir);
+  assert_int_equal(link(target, other), 0);
+  write_hello(c, target, &res);
+  assert_int_equal(res.final, SBX_RESP_DONE);
   sc_result_free(&res);
+  got = slurp(target, NULL);
+  assert_string_equal(got, "hello");
+  sbx_free(got);
+  got = slurp(other, NULL);
+  assert_string_equal(got, "target");
+  sbx_free(got);
+  /* a directory stays, and the answer is rename's */
+  snprintf(path, sizeof path, "%s/sub", dir);
+  assert_int_equal(mkdir(path, 0755), 0);
+  write_hello(c, path, &res);
+  assert_int_equal(res.final, SBX_RESP_ERROR);
+  assert_int_equal(res.kind, SBX_ERR_INTERNAL);
+  assert_string_equal(res.msg, "commit: Is a directory (os error 21)");
+  sc_result_free(&res);
+  assert_int_equal(lstat(path, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  assert_int_equal(count_tmp(dir), 0);
+  sc_close(c);
+}
+
+static void test_fs_read_errors(void **state) {
+  sc *c = sc_open(&srv);
   char fifo[512];
   snprintf(fifo, sizeof fifo, "%s/fifo", root);
   assert_int_equal(mkfifo(fifo, 0644), 0);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s\"}", fifo);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_BAD_REQUEST);
-  sc_result_free(&res);
+  static const fs_case cases[] = {
+      {"{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s/missing\"}", false, SBX_ERR_NOT_FOUND,
+       "open: No such file or directory (os error 2)", NULL},
+      {"{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s\"}", false, SBX_ERR_BAD_REQUEST, "open: not a regular file", NULL},
+      {"{\"v\":1,\"op\":\"fs_read\",\"path\":\"%s/fifo\"}", false, SBX_ERR_BAD_REQUEST, NULL, NULL},
+  };
+  run_cases(c, cases, N_CASES(cases));
   unlink(fifo);
   sc_close(c);
 }
@@ -264,15 +344,11 @@ static void test_fs_list_batches(void **state) {
   assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
   assert_int_equal(res.frames, 1);
   sc_result_free(&res);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s/kinds/file\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_INTERNAL);
-  sc_result_free(&res);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s/nope\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
-  assert_int_equal(strncmp(res.msg, "read_dir: ", 10), 0);
-  sc_result_free(&res);
+  static const fs_case cases[] = {
+      {"{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s/kinds/file\"}", false, SBX_ERR_INTERNAL, NULL, NULL},
+      {"{\"v\":1,\"op\":\"fs_list\",\"path\":\"%s/nope\"}", false, SBX_ERR_NOT_FOUND, NULL, "read_dir: "},
+  };
+  run_cases(c, cases, N_CASES(cases));
   sc_close(c);
 }
 
@@ -280,7 +356,6 @@ static void test_fs_stat_mkdir_rm_rename(void **state) {
   sc *c = sc_open(&srv);
   char p[512];
   sbx_wire_resp r;
-  sc_result res;
   snprintf(p, sizeof p, "%s/st", root);
   put_file(p, "hello");
   chmod(p, 0640);
@@ -292,29 +367,17 @@ static void test_fs_stat_mkdir_rm_rename(void **state) {
   assert_int_equal(r.u.stat.info.mode, 0640);
   assert_true(r.u.stat.info.mtime_epoch_secs > 1600000000u);
   sbx_wire_resp_free(&r);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_stat\",\"path\":\"%s/none\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
-  assert_string_equal(res.msg, "stat: No such file or directory (os error 2)");
-  sc_result_free(&res);
-  /* mkdir */
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
-  sc_result_free(&res);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\",\"parents\":true}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.final, SBX_RESP_DONE);
-  sc_result_free(&res);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\",\"parents\":true}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.final, SBX_RESP_DONE);
-  sc_result_free(&res);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_INTERNAL);
-  assert_int_equal(strncmp(res.msg, "mkdir: File exists", 18), 0);
-  sc_result_free(&res);
+  /* stat of nothing, then mkdir: missing parent, parents (twice: an
+   * existing directory counts as success), and an existing path */
+  static const fs_case mkdirs[] = {
+      {"{\"v\":1,\"op\":\"fs_stat\",\"path\":\"%s/none\"}", false, SBX_ERR_NOT_FOUND,
+       "stat: No such file or directory (os error 2)", NULL},
+      {"{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\"}", false, SBX_ERR_NOT_FOUND, NULL, NULL},
+      {"{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\",\"parents\":true}", true, 0, NULL, NULL},
+      {"{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\",\"parents\":true}", true, 0, NULL, NULL},
+      {"{\"v\":1,\"op\":\"fs_mkdir\",\"path\":\"%s/a/b/c\"}", false, SBX_ERR_INTERNAL, NULL, "mkdir: File exists"},
+  };
+  run_cases(c, mkdirs, N_CASES(mkdirs));
   /* rm: a tree holding a symlink to outside is removed without following */
   char outside[512], link[600];
   snprintf(outside, sizeof outside, "%s/outside", root);
@@ -323,36 +386,27 @@ static void test_fs_stat_mkdir_rm_rename(void **state) {
   put_file(p, "keep");
   snprintf(link, sizeof link, "%s/a/b/c/out", root);
   assert_int_equal(symlink(outside, link), 0);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_INTERNAL); /* ENOTEMPTY */
-  sc_result_free(&res);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\",\"recursive\":true}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.final, SBX_RESP_DONE);
-  sc_result_free(&res);
+  static const fs_case rms[] = {
+      {"{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\"}", false, SBX_ERR_INTERNAL, NULL, NULL}, /* ENOTEMPTY */
+      {"{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\",\"recursive\":true}", true, 0, NULL, NULL},
+  };
+  run_cases(c, rms, N_CASES(rms));
   struct stat st;
   snprintf(p, sizeof p, "%s/a", root);
   assert_int_equal(lstat(p, &st), -1);
   snprintf(p, sizeof p, "%s/outside/precious", root);
   assert_int_equal(lstat(p, &st), 0);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\"}", root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
-  assert_int_equal(strncmp(res.msg, "rm: ", 4), 0);
-  sc_result_free(&res);
-  /* rename */
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rename\",\"from\":\"%s/st\",\"to\":\"%s/st2\"}", root, root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.final, SBX_RESP_DONE);
-  sc_result_free(&res);
+  /* rm of nothing, then rename: done, and again with the source gone */
+  static const fs_case renames[] = {
+      {"{\"v\":1,\"op\":\"fs_rm\",\"path\":\"%s/a\"}", false, SBX_ERR_NOT_FOUND, NULL, "rm: "},
+      {"{\"v\":1,\"op\":\"fs_rename\",\"from\":\"%s/st\",\"to\":\"%s/st2\"}", true, 0, NULL, NULL},
+      {"{\"v\":1,\"op\":\"fs_rename\",\"from\":\"%s/st\",\"to\":\"%s/st2\"}", false, SBX_ERR_NOT_FOUND, NULL,
+       "rename: "},
+  };
+  run_cases(c, renames, 2);
   snprintf(p, sizeof p, "%s/st2", root);
   assert_int_equal(lstat(p, &st), 0);
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_rename\",\"from\":\"%s/st\",\"to\":\"%s/st2\"}", root, root);
-  assert_int_equal(sc_collect(c, &res, SC_FIN_DONE), 1);
-  assert_int_equal(res.kind, SBX_ERR_NOT_FOUND);
-  assert_int_equal(strncmp(res.msg, "rename: ", 8), 0);
-  sc_result_free(&res);
+  run_cases(c, renames + 2, 1);
   sc_close(c);
 }
 
@@ -361,6 +415,7 @@ int main(void) {
       cmocka_unit_test(test_fs_write_read),
       cmocka_unit_test(test_fs_write_atomic),
       cmocka_unit_test(test_fs_concurrent_writers),
+      cmocka_unit_test(test_fs_write_replaces),
       cmocka_unit_test(test_fs_read_errors),
       cmocka_unit_test(test_fs_list_batches),
       cmocka_unit_test(test_fs_stat_mkdir_rm_rename),

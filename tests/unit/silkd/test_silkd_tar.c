@@ -308,11 +308,83 @@ static void test_push_cut_off(void **state) {
   assert_int_equal(count_entries(dest), 0);
 }
 
+/* A push larger than the 8 MiB the daemon lets wait for the extractor, so
+ * the client is paused and resumed many times; then an unsafe first member
+ * followed by megabytes more: rejected at once, the rest dropped, dest
+ * untouched, the connection usable. */
+static void test_push_large_and_early_reject(void **state) {
+  char dest[512], p[600];
+  snprintf(dest, sizeof dest, "%s/large", srv.dir);
+  size_t size = 24u << 20;
+  char *data = sbx_malloc(size + 1);
+  for (size_t i = 0; i < size; i++) data[i] = (char)('a' + (i * 7 + i / 4093) % 26);
+  data[size] = 0;
+  sbx_buf t = SBX_BUF_INIT(64u << 20);
+  tar_member(&t, "big", '0', NULL, data, 0644);
+  tar_end(&t);
+  sc *c = sc_open(&srv);
+  sc_result res;
+  push(c, dest, t.ptr, t.len, &res);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  sc_result_free(&res);
+  snprintf(p, sizeof p, "%s/big", dest);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  char *got = sbx_malloc(size + 1);
+  assert_int_equal(fread(got, 1, size + 1, f), size);
+  fclose(f);
+  assert_memory_equal(got, data, size);
+  sbx_free(got);
+  sbx_buf_free(&t);
+
+  /* Many small files: the extractor is slower than the upload, so the
+   * queue fills and the client is paused and resumed. */
+  char dest3[512];
+  snprintf(dest3, sizeof dest3, "%s/many", srv.dir);
+  sbx_buf m = SBX_BUF_INIT(64u << 20);
+  enum { FILES = 12000 };
+  char name[64], body[1025];
+  memcpy(body, data, 1024);
+  body[1024] = 0;
+  tar_member(&m, "d/", '5', NULL, NULL, 0755);
+  for (int i = 0; i < FILES; i++) {
+    snprintf(name, sizeof name, "d/f%05d", i);
+    tar_member(&m, name, '0', NULL, body, 0644);
+  }
+  tar_end(&m);
+  push(c, dest3, m.ptr, m.len, &res);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  sc_result_free(&res);
+  sbx_buf_free(&m);
+  snprintf(p, sizeof p, "%s/d", dest3);
+  assert_int_equal(count_entries(p), FILES);
+  snprintf(p, sizeof p, "%s/d/f%05d", dest3, FILES - 1);
+  f = fopen(p, "r");
+  assert_non_null(f);
+  char back[1100];
+  assert_int_equal(fread(back, 1, sizeof back, f), 1024);
+  fclose(f);
+  assert_memory_equal(back, body, 1024);
+
+  char dest2[512];
+  snprintf(dest2, sizeof dest2, "%s/early", srv.dir);
+  mkdir(dest2, 0755);
+  sbx_buf u = SBX_BUF_INIT(64u << 20);
+  tar_member(&u, "../escape", '0', NULL, "x", 0644);
+  tar_member(&u, "big", '0', NULL, data, 0644);
+  tar_end(&u);
+  expect_rejected(c, dest2, &u);
+  sbx_buf_free(&u);
+  sbx_free(data);
+  sc_close(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_push_crafted),
       cmocka_unit_test(test_push_pull_round_trip),
       cmocka_unit_test(test_push_cut_off),
+      cmocka_unit_test(test_push_large_and_early_reject),
   };
   signal(SIGPIPE, SIG_IGN);
   return cmocka_run_group_tests(tests, setup, teardown);
