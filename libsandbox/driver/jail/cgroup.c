@@ -36,6 +36,7 @@ static const char *const dev_allow[] = {"c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "
 
 struct jail_cgroup {
   bool v2;
+  bool dev_inherited; /* the parent holds the device list: children copy it */
   bool have[CTL__COUNT];
   char base[CTL__COUNT][PATH_MAX]; /* v1: per controller; v2: base[0] only */
 };
@@ -77,6 +78,30 @@ static uint64_t read_u64(const char *dir, const char *id, const char *file) {
   return strtoull(buf, NULL, 10);
 }
 
+/* A v1 devices cgroup starts with a copy of its parent's list, so setting
+ * the list once on the driver's own cgroup saves nine writes per clone.
+ * The kernel refuses "a" rules on a cgroup that has children (sandboxes
+ * from before a restart, another driver sharing the name): then the list is
+ * only used if it already is exactly ours, else each clone writes its own. */
+static bool devices_on_parent(jail_cgroup *cg) {
+  const char *dir = cg->base[CTL_DEVICES];
+  write_at(dir, ".", "devices.deny", "a", NULL);
+  for (size_t i = 0; dev_allow[i]; i++) write_at(dir, ".", "devices.allow", dev_allow[i], NULL);
+  char list[1024];
+  if (read_at(dir, ".", "devices.list", list, sizeof list) <= 0) return false;
+  /* exactly our lines, each once */
+  size_t seen = 0;
+  for (char *save = NULL, *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    size_t i = 0;
+    while (dev_allow[i] && strcmp(dev_allow[i], line) != 0) i++;
+    if (!dev_allow[i] || (seen & (1u << i))) return false;
+    seen |= 1u << i;
+  }
+  size_t want = 0;
+  while (dev_allow[want]) want++;
+  return seen == (1u << want) - 1;
+}
+
 int jail_cgroup_init(const char *name, jail_cgroup **out, sbx_error *err) {
   *out = NULL;
   jail_cgroup *cg = sbx_calloc(1, sizeof *cg);
@@ -112,6 +137,7 @@ int jail_cgroup_init(const char *name, jail_cgroup **out, sbx_error *err) {
       cg->have[c] = true;
     }
   }
+  if (!cg->v2 && cg->have[CTL_DEVICES]) cg->dev_inherited = devices_on_parent(cg);
   if (!cg->have[CTL_MEMORY] || !cg->have[CTL_PIDS]) {
     sbx_free(cg);
     return sbx_err(err, SBX_E_UNSUPPORTED, "cgroup memory and pids controllers are required (v%d)", cg->v2 ? 2 : 1);
@@ -149,7 +175,7 @@ int jail_cgroup_create(jail_cgroup *cg, const char *id, const sbx_size_tier *siz
     write_at(dir_of(cg, CTL_MEMORY), id, "memory.memsw.limit_in_bytes", v, NULL);
   snprintf(v, sizeof v, "%u", size->pids_max);
   if ((rc = write_at(dir_of(cg, CTL_PIDS), id, "pids.max", v, err)) < 0) goto fail;
-  if (cg->have[CTL_DEVICES] && !cg->v2) {
+  if (cg->have[CTL_DEVICES] && !cg->v2 && !cg->dev_inherited) {
     if ((rc = write_at(dir_of(cg, CTL_DEVICES), id, "devices.deny", "a", err)) < 0) goto fail;
     for (size_t i = 0; dev_allow[i]; i++)
       if ((rc = write_at(dir_of(cg, CTL_DEVICES), id, "devices.allow", dev_allow[i], err)) < 0) goto fail;
@@ -160,9 +186,10 @@ int jail_cgroup_create(jail_cgroup *cg, const char *id, const sbx_size_tier *siz
       snprintf(v, sizeof v, "%llu 100000", quota);
       rc = write_at(dir_of(cg, CTL_CPU), id, "cpu.max", v, err);
     } else {
-      rc = write_at(dir_of(cg, CTL_CPU), id, "cpu.cfs_period_us", "100000", err);
+      /* cpu.cfs_period_us of a new cgroup is always the kernel's default,
+       * 100000: only the quota needs writing. */
       snprintf(v, sizeof v, "%llu", quota);
-      if (rc == 0) rc = write_at(dir_of(cg, CTL_CPU), id, "cpu.cfs_quota_us", v, err);
+      rc = write_at(dir_of(cg, CTL_CPU), id, "cpu.cfs_quota_us", v, err);
     }
     if (rc < 0) goto fail;
   }

@@ -29,6 +29,9 @@
 
 #define DEFAULT_STATE "/var/lib/sandbox"
 #define SILKD_ARGV0 "silkd"
+/* Each destroy refills the stock, so a small one is enough; a burst of
+ * clones beyond it makes its own namespaces. */
+#define JAIL_NETPOOL_SIZE 2
 static const char *const default_env[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                                           "HOME=/root", NULL};
 static const char *const silkd_env[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -63,6 +66,9 @@ static int jail_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
   if ((rc = jail_cgroup_init(cfg->cgroup_name ? cfg->cgroup_name : "sandbox", &jd->cg, err)) < 0) goto fail;
   if ((rc = jail_seccomp_build(&jd->seccomp, err)) < 0) goto fail;
   jd->caps = jail_default_caps();
+  /* SBX_JAIL_NETPOOL=N sets the stock (0 = off, to compare). */
+  const char *np = getenv("SBX_JAIL_NETPOOL");
+  if ((rc = jail_netpool_open(np ? strtoul(np, NULL, 10) : JAIL_NETPOOL_SIZE, &jd->netpool, err)) < 0) goto fail;
   *out = &jd->base;
   return 0;
 fail:
@@ -72,6 +78,7 @@ fail:
 
 static void jail_close(sbx_driver *d) {
   jail_driver *jd = (jail_driver *)d;
+  jail_netpool_close(jd->netpool);
   if (jd->run_dirfd >= 0) close(jd->run_dirfd);
   if (jd->silkd_fd >= 0) close(jd->silkd_fd);
   if (jd->devnull_fd >= 0) close(jd->devnull_fd);
@@ -176,6 +183,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   jail_plan *plan = sbx_calloc(1, sizeof *plan);
   sbx_instance *s = NULL;
   int lfd = -1, go[2] = {-1, -1}, rep[2] = {-1, -1};
+  jail_nsfds ns = {-1, -1};
   bool cg_made = false;
   pid_t pid = -1;
   jail_plan_args pa = {layers, dir, upper_dir, size};
@@ -191,9 +199,10 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
       goto fail;
     }
   }
-  if ((rc = jail_cgroup_create(jd->cg, id, size, err)) < 0) goto fail;
-  cg_made = true;
-  if (pipe2(go, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
+  /* go is a socket pair, not a pipe: a child that failed early has
+   * closed its end, and send(MSG_NOSIGNAL) then fails instead of raising
+   * SIGPIPE in the host process. */
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
     rc = sbx_err_os(err, errno, "pipe");
     goto fail;
   }
@@ -203,6 +212,10 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   plan->exec_fd = spec->init_argv ? -1 : jd->silkd_fd;
   for (int i = 0; i < 3; i++) plan->stdio[i] = spec->stdio[i];
   plan->devnull_fd = jd->devnull_fd;
+  ns = jail_netpool_take(jd->netpool);
+  bool pooled = ns.net >= 0;
+  plan->net_fd = ns.net;
+  plan->ipc_fd = ns.ipc;
   /* The cgroup namespace is entered by the child itself, once it is in
    * its cgroups (see setup.c). */
   plan->unshare_cgroup = true;
@@ -214,8 +227,10 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   t_clone = sbx_now_ns();
   /* A fork-like clone (no new stack): the child continues here on a copy
    * of our stack, as with fork, and never returns from jail_child. */
-  pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
-                       NULL, NULL, NULL, NULL);
+  unsigned long flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | SIGCHLD;
+  if (ns.net < 0) flags |= CLONE_NEWNET;
+  if (ns.ipc < 0) flags |= CLONE_NEWIPC;
+  pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
   if (pid < 0) {
     rc = sbx_err_os(err, errno, "clone");
     goto fail;
@@ -229,6 +244,10 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   go[0] = -1;
   close(rep[1]);
   rep[1] = -1;
+  /* The child holds the namespaces now: ours are the last other references. */
+  if (ns.net >= 0) close(ns.net);
+  if (ns.ipc >= 0) close(ns.ipc);
+  ns.net = ns.ipc = -1;
 
   s = sbx_calloc(1, sizeof *s);
   s->hdr.drv = &jd->base;
@@ -241,19 +260,30 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
     rc = sbx_err_os(err, errno, "pidfd_open");
     goto fail;
   }
+  /* The cgroups are made while the child builds its root on the other
+   * core; it waits for go before anything of the workload runs. */
+  if ((rc = jail_cgroup_create(jd->cg, id, size, err)) < 0) goto fail;
+  cg_made = true;
   t_attach = sbx_now_ns();
   if ((rc = jail_cgroup_attach(jd->cg, id, pid, err)) < 0) goto fail;
   t_go = sbx_now_ns();
-  if (write(go[1], "g", 1) != 1) {
-    rc = sbx_err_os(err, errno, "start jail");
-    goto fail;
-  }
+  /* A child that failed its setup has already exited: its report says
+   * why, which matters more than the failed send. */
+  int go_errno = send(go[1], "g", 1, MSG_NOSIGNAL) == 1 ? 0 : errno;
   close(go[1]);
   go[1] = -1;
+  /* Destroys refill the stock (see jail_destroy); only a burst of clones
+   * that emptied it refills here, while the child finishes and silkd
+   * starts. */
+  if (jail_netpool_count(jd->netpool) == 0) jail_netpool_refill(jd->netpool);
   jail_report r;
   ssize_t n;
   do n = read(rep[0], &r, sizeof r);
   while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)sizeof r && go_errno) {
+    rc = sbx_err_os(err, go_errno, "start jail");
+    goto fail;
+  }
   if (n == (ssize_t)sizeof r) {
     rc = report_error(plan, &r, err);
     goto fail;
@@ -292,10 +322,12 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   }
   close(dfd);
   sbx_free(plan);
-  sbx_debug("jail %s: prepare %.0f us, clone %.0f us, cgroup attach %.0f us, setup to exec %.0f us, exec to "
-            "ready %.0f us",
-            id, (double)(t_clone - t_start) / 1e3, (double)(t_attach - t_clone) / 1e3,
-            (double)(t_go - t_attach) / 1e3, (double)(t_exec - t_go) / 1e3, (double)(sbx_now_ns() - t_exec) / 1e3);
+  /* The child's setup runs alongside "clone and cgroups"; "go to exec" is
+   * what it still needed once the parent was done. */
+  sbx_debug("jail %s: prepare %.0f us, clone and cgroups %.0f us (cgroup attach %.0f us), go to exec %.0f us, "
+            "exec to ready %.0f us, pooled namespaces %s",
+            id, (double)(t_clone - t_start) / 1e3, (double)(t_go - t_clone) / 1e3, (double)(t_go - t_attach) / 1e3,
+            (double)(t_exec - t_go) / 1e3, (double)(sbx_now_ns() - t_exec) / 1e3, pooled ? "yes" : "no");
   *out = s;
   return 0;
 
@@ -313,10 +345,14 @@ fail:
     if (rep[i] >= 0) close(rep[i]);
   }
   if (lfd >= 0) close(lfd);
+  if (ns.net >= 0) close(ns.net);
+  if (ns.ipc >= 0) close(ns.ipc);
   close(dfd);
   if (cg_made) jail_cgroup_remove(jd->cg, id, NULL);
   sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
   sbx_free(plan);
+  /* No destroy follows a failed clone: replace what it took here. */
+  jail_netpool_refill(jd->netpool);
   return rc;
 }
 
@@ -388,6 +424,9 @@ int jail_destroy(sbx_instance *s, sbx_error *err) {
      * frozen task cannot act on SIGKILL, so thaw first. */
     syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
     jail_cgroup_freeze(jd->cg, s->hdr.id, false, NULL);
+    /* The kernel tears the jail down meanwhile: a good moment to make the
+     * namespaces the next clone will take, off its path. */
+    jail_netpool_refill(jd->netpool);
     jail_wait(s, -1, NULL, NULL);
   }
   int rc = jail_cgroup_remove(jd->cg, s->hdr.id, err);

@@ -21,6 +21,10 @@
 #define JAIL_OPS_MAX 96
 #define JAIL_STR_MAX 256
 #define JAIL_DATA_MAX 3072
+/* The plan's strings live in one arena rather than in fixed fields, so a
+ * plan is ~70 KiB, of which a few KiB are used, instead of ~340 KiB: less
+ * to fault in and zero per clone, fewer page table entries to copy. */
+#define JAIL_ARENA_MAX 65536
 
 typedef enum jail_op_kind {
   /* host side: paths are trusted host paths, before pivot_root */
@@ -44,26 +48,34 @@ typedef enum jail_op_kind {
 typedef struct jail_op {
   jail_op_kind kind;
   unsigned long flags;
-  char src[JAIL_STR_MAX];
-  char target[JAIL_STR_MAX];
-  char data[JAIL_DATA_MAX];
+  const char *src;    /* "" when unused; all three point into the plan's arena */
+  const char *target; /* < JAIL_STR_MAX */
+  const char *data;   /* < JAIL_DATA_MAX */
 } jail_op;
+
+typedef struct jail_nsfds {
+  int net, ipc; /* -1: none */
+} jail_nsfds;
 
 typedef struct jail_plan {
   size_t nops;
   jail_op ops[JAIL_OPS_MAX];
   char hostname[64];
-  int go_fd;     /* child reads one byte: the parent has placed it in its cgroups */
+  int go_fd;     /* child reads one byte before exec: the parent has placed it in its cgroups */
   int report_fd; /* child writes a jail_report on failure; CLOEXEC, so EOF = exec'd */
   int listen_fd; /* becomes fd 3 for silkd; -1 for a test init */
   int exec_fd;   /* O_PATH of silkd on the host, exec'd with execveat; -1 = path exec */
   int stdio[3];
   int devnull_fd;
+  int net_fd; /* a pooled network namespace to join, or -1: clone made one */
+  int ipc_fd; /* the same for IPC */
   bool unshare_cgroup;
   const struct sock_fprog *seccomp;
   uint64_t keep_caps; /* bit per capability kept */
   char *const *argv;
   char *const *envp;
+  size_t arena_len;
+  char arena[JAIL_ARENA_MAX];
 } jail_plan;
 
 typedef struct jail_report {
@@ -90,6 +102,15 @@ int jail_cgroup_remove(jail_cgroup *cg, const char *id, sbx_error *err);
 int jail_cgroup_list(jail_cgroup *cg, void (*fn)(void *ud, const char *id), void *ud, sbx_error *err);
 bool jail_cgroup_exists(jail_cgroup *cg, const char *id);
 
+/* netpool.c: fresh network and IPC namespaces made ahead (while a destroy
+ * waits for the kernel); each pair is handed out once (take), never reused. */
+typedef struct jail_netpool jail_netpool;
+int jail_netpool_open(size_t size, jail_netpool **out, sbx_error *err);
+jail_nsfds jail_netpool_take(jail_netpool *np); /* fds the caller closes; -1s: none ready */
+void jail_netpool_refill(jail_netpool *np);
+size_t jail_netpool_count(jail_netpool *np);
+void jail_netpool_close(jail_netpool *np); /* destroys what is left */
+
 /* seccomp.c */
 int jail_seccomp_build(struct sock_fprog *out, sbx_error *err);
 void jail_seccomp_free(struct sock_fprog *prog);
@@ -113,6 +134,7 @@ typedef struct jail_driver {
   int silkd_fd; /* O_PATH; -1 when no silkd was configured */
   int devnull_fd;
   jail_cgroup *cg;
+  jail_netpool *netpool; /* NULL: each clone makes its own */
   struct sock_fprog seccomp;
   uint64_t caps;
 } jail_driver;

@@ -5,6 +5,7 @@
  * masks over the sensitive parts of /proc, then pivot_root. Everything not
  * listed here does not exist inside: /sys, the host's /home and /root, the
  * host's other mounts. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -13,21 +14,44 @@
 
 #include "jail.h"
 
+/* A copy of the formatted string in the plan's arena, or NULL if it is
+ * longer than max or the arena is full. */
+static const char *__attribute__((format(printf, 3, 4))) put(jail_plan *p, size_t max, const char *fmt, ...) {
+  size_t room = JAIL_ARENA_MAX - p->arena_len;
+  if (room > max) room = max;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(p->arena + p->arena_len, room, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= room) return NULL;
+  const char *s = p->arena + p->arena_len;
+  p->arena_len += (size_t)n + 1;
+  return s;
+}
+
 static jail_op *add(jail_plan *p, jail_op_kind kind, const char *target, sbx_error *err) {
   if (p->nops >= JAIL_OPS_MAX) {
     sbx_err(err, SBX_E_TOOBIG, "jail plan has more than %d operations", JAIL_OPS_MAX);
     return NULL;
   }
-  jail_op *op = &p->ops[p->nops++];
+  jail_op *op = &p->ops[p->nops];
   memset(op, 0, sizeof *op);
   op->kind = kind;
-  if (snprintf(op->target, sizeof op->target, "%s", target) >= (int)sizeof op->target) {
-    p->nops--;
+  op->src = op->data = "";
+  if (!(op->target = put(p, JAIL_STR_MAX, "%s", target))) {
     sbx_err(err, SBX_E_TOOBIG, "path too long: %s", target);
     return NULL;
   }
+  p->nops++;
   return op;
 }
+
+/* Sets an op's src or data; fails the build when it does not fit. */
+#define SET(field, max, ...)                                          \
+  do {                                                                \
+    if (!(op->field = put(p, (max), __VA_ARGS__)))                    \
+      return sbx_err(err, SBX_E_TOOBIG, "jail plan: " #field " too long"); \
+  } while (0)
 
 #define ADD(kind, target)                       \
   do {                                          \
@@ -73,6 +97,7 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
   jail_op *op;
   char path[JAIL_STR_MAX];
   p->nops = 0;
+  p->arena_len = 0;
   const sbx_layers *l = a->layers;
   if (l->npoints == 0 || l->pts[0].name[0] != '\0') return sbx_err(err, SBX_E_INVAL, "layers have no root point");
 
@@ -87,7 +112,7 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
     snprintf(base, sizeof base, "%s/rw", a->sbx_dir);
     ADD(JOP_TMPFS_HOST, base);
     op->flags = MS_NOSUID | MS_NODEV;
-    snprintf(op->data, sizeof op->data, "mode=0700,size=%llu", (unsigned long long)a->size->disk_bytes);
+    SET(data, JAIL_DATA_MAX, "mode=0700,size=%llu", (unsigned long long)a->size->disk_bytes);
   }
   for (size_t i = 0; i < l->npoints; i++) {
     snprintf(path, sizeof path, "%s/u%zu", base, i);
@@ -108,31 +133,33 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
     /* A device node that a template carries (a directory root can hold
      * anything) must not open a host device: only /dev's binds do. */
     op->flags = MS_NODEV;
-    int rc = overlay_opts(op->data, sizeof op->data, pt, base, i, err);
+    char opts[JAIL_DATA_MAX];
+    int rc = overlay_opts(opts, sizeof opts, pt, base, i, err);
     if (rc < 0) return rc;
+    SET(data, JAIL_DATA_MAX, "%s", opts);
   }
 
   ADD(JOP_TMPFS, "dev");
   op->flags = MS_NOSUID | MS_NOEXEC;
-  snprintf(op->data, sizeof op->data, "mode=0755,size=65536,nr_inodes=64");
+  SET(data, JAIL_DATA_MAX, "mode=0755,size=65536,nr_inodes=64");
   for (size_t i = 0; i < sizeof dev_nodes / sizeof dev_nodes[0]; i++) {
     snprintf(path, sizeof path, "dev/%s", dev_nodes[i]);
     ADD(JOP_BIND_DEV, path);
-    snprintf(op->src, sizeof op->src, "/dev/%s", dev_nodes[i]);
+    SET(src, JAIL_STR_MAX, "/dev/%s", dev_nodes[i]);
   }
   ADD(JOP_DEVPTS, "dev/pts");
   op->flags = MS_NOSUID | MS_NOEXEC;
-  snprintf(op->data, sizeof op->data, "newinstance,ptmxmode=0666,mode=0620,gid=5");
+  SET(data, JAIL_DATA_MAX, "newinstance,ptmxmode=0666,mode=0620,gid=5");
   static const char *const links[][2] = {{"dev/ptmx", "pts/ptmx"},         {"dev/fd", "/proc/self/fd"},
                                          {"dev/stdin", "/proc/self/fd/0"}, {"dev/stdout", "/proc/self/fd/1"},
                                          {"dev/stderr", "/proc/self/fd/2"}};
   for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
     ADD(JOP_SYMLINK, links[i][0]);
-    snprintf(op->src, sizeof op->src, "%s", links[i][1]);
+    SET(src, JAIL_STR_MAX, "%s", links[i][1]);
   }
   ADD(JOP_TMPFS, "dev/shm");
   op->flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
-  snprintf(op->data, sizeof op->data, "mode=1777,size=%llu", (unsigned long long)a->size->mem_bytes / 2);
+  SET(data, JAIL_DATA_MAX, "mode=1777,size=%llu", (unsigned long long)a->size->mem_bytes / 2);
 
   ADD(JOP_PROC, "proc");
   op->flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
@@ -144,7 +171,7 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
     snprintf(path, sizeof path, "proc/%s", proc_masked_dirs[i]);
     ADD(JOP_MASK_DIR, path);
     op->flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
-    snprintf(op->data, sizeof op->data, "size=0,mode=0555");
+    SET(data, JAIL_DATA_MAX, "size=0,mode=0555");
   }
   for (size_t i = 0; i < sizeof proc_ro / sizeof proc_ro[0]; i++) {
     snprintf(path, sizeof path, "proc/%s", proc_ro[i]);
@@ -154,10 +181,10 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
 
   ADD(JOP_TMPFS, "tmp");
   op->flags = MS_NOSUID | MS_NODEV;
-  snprintf(op->data, sizeof op->data, "mode=1777,size=%llu", (unsigned long long)a->size->disk_bytes);
+  SET(data, JAIL_DATA_MAX, "mode=1777,size=%llu", (unsigned long long)a->size->disk_bytes);
   ADD(JOP_TMPFS, "run");
   op->flags = MS_NOSUID | MS_NODEV;
-  snprintf(op->data, sizeof op->data, "mode=0755,size=%llu", 64ull << 20);
+  SET(data, JAIL_DATA_MAX, "mode=0755,size=%llu", 64ull << 20);
 
   ADD(JOP_PIVOT, "");
   return 0;

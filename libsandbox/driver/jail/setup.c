@@ -35,6 +35,7 @@ enum {
   STEP_CAPS = -8,
   STEP_SECCOMP = -9,
   STEP_EXEC = -10,
+  STEP_NETNS = -11,
 };
 
 const char *jail_step_name(int step) {
@@ -49,6 +50,7 @@ const char *jail_step_name(int step) {
   case STEP_CAPS: return "drop capabilities";
   case STEP_SECCOMP: return "load seccomp filter";
   case STEP_EXEC: return "exec";
+  case STEP_NETNS: return "join pooled namespace";
   default: return "setup";
   }
 }
@@ -135,7 +137,7 @@ static int ensure_file(int root, const char *rel) {
 static void run_op(const jail_plan *p, size_t i, int *rootfd) {
   const jail_op *op = &p->ops[i];
   char tpath[32], spath[32];
-  int tfd = -1, sfd = -1;
+  int tfd = -1;
   int step = (int)i;
   switch (op->kind) {
   case JOP_TMPFS_HOST:
@@ -206,9 +208,11 @@ static void run_op(const jail_plan *p, size_t i, int *rootfd) {
     rc = mount(op->src, tpath, NULL, MS_BIND, NULL);
     break;
   case JOP_MASK: {
-    sfd = open_beneath(root, "dev/null", O_PATH);
-    if (sfd < 0) fail(step, errno, "dev/null");
-    fd_path(spath, sfd);
+    /* one O_PATH fd on the jail's /dev/null serves every mask (closed with
+     * the rest before exec) */
+    static int null_fd = -1;
+    if (null_fd < 0 && (null_fd = open_beneath(root, "dev/null", O_PATH)) < 0) fail(step, errno, "dev/null");
+    fd_path(spath, null_fd);
     rc = mount(spath, tpath, NULL, MS_BIND, NULL);
     break;
   }
@@ -228,7 +232,6 @@ static void run_op(const jail_plan *p, size_t i, int *rootfd) {
     errno = EINVAL;
   }
   if (rc < 0) fail(step, errno, op->target);
-  if (sfd >= 0) close(sfd);
   close(tfd);
 }
 
@@ -289,12 +292,6 @@ static void drop_caps(uint64_t keep) {
 
 void jail_child(const jail_plan *p) {
   report_fd = p->report_fd;
-  char go;
-  ssize_t n;
-  do n = read(p->go_fd, &go, 1);
-  while (n < 0 && errno == EINTR);
-  if (n != 1) _exit(127); /* the parent gave up on us */
-  close(p->go_fd);
 
   sigset_t all;
   sigemptyset(&all);
@@ -302,16 +299,30 @@ void jail_child(const jail_plan *p) {
   for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
   setsid();
 
-  /* After the parent put us in our cgroups, so the namespace's root is
-   * the sandbox's own cgroup and nothing above it is visible. */
-  if (p->unshare_cgroup && unshare(CLONE_NEWCGROUP) < 0) fail(STEP_CGROUPNS, errno, NULL);
+  /* Pooled network and IPC namespaces are fresh, empty and ours alone
+   * (see netpool.c); lo is already up. */
+  if (p->net_fd >= 0 && setns(p->net_fd, CLONE_NEWNET) < 0) fail(STEP_NETNS, errno, "net");
+  if (p->ipc_fd >= 0 && setns(p->ipc_fd, CLONE_NEWIPC) < 0) fail(STEP_NETNS, errno, "ipc");
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) fail(STEP_PRIVATE, errno, NULL);
   if (sethostname(p->hostname, strlen(p->hostname)) < 0) fail(STEP_HOSTNAME, errno, NULL);
-  lo_up();
+  if (p->net_fd < 0) lo_up();
 
+  /* The parent creates and joins our cgroups meanwhile, on the other
+   * core: the mounts below are the host's fixed set, so what they cost the
+   * kernel is charged to the parent's cgroup, not the sandbox's. */
   int rootfd = -1;
   for (size_t i = 0; i < p->nops; i++) run_op(p, i, &rootfd);
   if (rootfd >= 0) fail(STEP_EXEC, EINVAL, "plan has no pivot");
+
+  /* Nothing of the workload runs before we are in the sandbox's cgroups,
+   * and the cgroup namespace is entered only then, so its root is the
+   * sandbox's own cgroup and nothing above it is visible. */
+  char go;
+  ssize_t n;
+  do n = read(p->go_fd, &go, 1);
+  while (n < 0 && errno == EINTR);
+  if (n != 1) _exit(127); /* the parent gave up on us */
+  if (p->unshare_cgroup && unshare(CLONE_NEWCGROUP) < 0) fail(STEP_CGROUPNS, errno, NULL);
 
   arrange_fds(p);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(STEP_NNP, errno, NULL);

@@ -226,6 +226,42 @@ static void test_cannot_signal_or_ptrace_other(void **state) {
   assert_int_equal(sbx_sandbox_destroy(a, &err), 0);
 }
 
+static void ns_link(pid_t pid, const char *ns, char *buf, size_t cap) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/ns/%s", (int)pid, ns);
+  ssize_t n = readlink(path, buf, cap - 1);
+  assert_true(n > 0);
+  buf[n] = '\0';
+}
+
+/* The network and IPC namespaces may come from the driver's stock of fresh
+ * ones: each must still be the sandbox's own, shared with neither the host
+ * nor another live sandbox. */
+static void test_namespaces_are_own(void **state) {
+  (void)state;
+  sbx_error err = {0};
+  sbx_instance *a = NULL;
+  assert_int_equal(jt_start(&T, "iso-nsa", NULL, "exec sleep 1000", NULL, &a, &err), 0);
+  char host_net[64], host_ipc[64], a_net[64], a_ipc[64], want[256];
+  ns_link(getpid(), "net", host_net, sizeof host_net);
+  ns_link(getpid(), "ipc", host_ipc, sizeof host_ipc);
+  ns_link(sbx_instance_pid(a), "net", a_net, sizeof a_net);
+  ns_link(sbx_instance_pid(a), "ipc", a_ipc, sizeof a_ipc);
+  assert_string_not_equal(a_net, host_net);
+  assert_string_not_equal(a_ipc, host_ipc);
+  int code = jt_run(&T, "iso-nsb", "readlink /proc/1/ns/net /proc/1/ns/ipc", out, sizeof out);
+  assert_int_equal(code, 0);
+  char b_net[64], b_ipc[64];
+  assert_int_equal(sscanf(out, "%63s %63s", b_net, b_ipc), 2);
+  assert_string_not_equal(b_net, host_net);
+  assert_string_not_equal(b_net, a_net);
+  assert_string_not_equal(b_ipc, host_ipc);
+  assert_string_not_equal(b_ipc, a_ipc);
+  snprintf(want, sizeof want, "%s\n%s\n", b_net, b_ipc);
+  assert_string_equal(out, want);
+  assert_int_equal(sbx_sandbox_destroy(a, &err), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_only_own_processes),
@@ -240,6 +276,7 @@ int main(void) {
       cmocka_unit_test(test_memory_limit_kills_allocator_only),
       cmocka_unit_test(test_fork_bomb_stops_at_pids_limit),
       cmocka_unit_test(test_cannot_signal_or_ptrace_other),
+      cmocka_unit_test(test_namespaces_are_own),
   };
   return cmocka_run_group_tests_name("jail_isolation", tests, setup, teardown);
 }

@@ -124,6 +124,17 @@ static void test_clone_ready_connect(void **state) {
   assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
   assert_int_equal(sbx_ready_probe(fd, 5000, &err), 0);
   close(fd);
+  /* Its v1 device list is exactly the jail's /dev, whether written for it
+   * or copied from the driver's cgroup when it was made. */
+  char path[256], list[1024];
+  snprintf(path, sizeof path, "/sys/fs/cgroup/devices/%s/lc-ready/devices.list", T.cgroup);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    size_t n = fread(list, 1, sizeof list - 1, f);
+    list[n] = '\0';
+    fclose(f);
+    assert_string_equal(list, "c 1:3 rwm\nc 1:5 rwm\nc 1:7 rwm\nc 1:8 rwm\nc 1:9 rwm\nc 5:0 rwm\nc 5:2 rwm\nc 136:* rwm\n");
+  }
   assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
 }
 
@@ -292,6 +303,42 @@ static void test_reconcile_spares_foreign_jails(void **state) {
   assert_int_equal(sbx_sandbox_destroy(mine, &err), 0);
 }
 
+static int count_ns_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    char path[300], link[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", de->d_name);
+    ssize_t l = readlink(path, link, sizeof link - 1);
+    if (l <= 0) continue;
+    link[l] = '\0';
+    if (strncmp(link, "net:[", 5) == 0 || strncmp(link, "ipc:[", 5) == 0) n++;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* The driver keeps a few fresh network and IPC namespaces ready (as fds);
+ * closing it must release every one of them, and a clone must never hand
+ * out one that another sandbox has. */
+static void test_namespace_pool_released_on_close(void **state) {
+  (void)state;
+  sbx_error err = {0};
+  int fds0 = count_dir("/proc/self/fd"), ns0 = count_ns_fds();
+  sbx_driver *d2 = NULL;
+  char other_run[160];
+  snprintf(other_run, sizeof other_run, "%s-pool", T.run_dir);
+  sbx_driver_config cfg = {.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
+                           .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup};
+  assert_int_equal(sbx_driver_open("jail", &cfg, &d2, &err), 0);
+  assert_true(count_ns_fds() > ns0); /* the stock is there */
+  sbx_driver_close(d2);
+  rmdir(other_run);
+  assert_int_equal(count_ns_fds(), ns0);
+  assert_int_equal(count_dir("/proc/self/fd"), fds0);
+}
+
 static void test_cycles_leave_nothing(void **state) {
   (void)state;
   sbx_error err = {0};
@@ -339,6 +386,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_reconcile_adopts_and_removes),
       cmocka_unit_test(test_reconcile_spares_foreign_jails),
       cmocka_unit_test(test_failed_clone_leaves_nothing),
+      cmocka_unit_test(test_namespace_pool_released_on_close),
       cmocka_unit_test(test_cycles_leave_nothing),
   };
   return cmocka_run_group_tests_name("jail_lifecycle", tests, setup, teardown);
