@@ -51,7 +51,6 @@ static void die(const char *what, const sbx_error *err) {
 }
 
 static sbx_driver *open_driver(const char *restore, const char *base) {
-  setenv("SBX_QEMU_RESTORE", restore, 1);
   char run[PATH_MAX], tpl[PATH_MAX], gold[PATH_MAX], silkd[PATH_MAX];
   snprintf(run, sizeof run, "%s/run-%s", base, restore);
   snprintf(tpl, sizeof tpl, "%s/templates", base);
@@ -66,7 +65,10 @@ static sbx_driver *open_driver(const char *restore, const char *base) {
     char *slash = strrchr(silkd, '/');
     snprintf(slash ? slash + 1 : silkd, 8, "silkd");
   }
-  sbx_driver_config cfg = {.templates_dir = tpl, .goldens_dir = gold, .run_dir = run, .silkd_path = silkd};
+  /* SBX_QEMU_RESTORE in the environment would override the mode */
+  unsetenv("SBX_QEMU_RESTORE");
+  sbx_driver_config cfg = {.templates_dir = tpl, .goldens_dir = gold, .run_dir = run, .silkd_path = silkd,
+                           .qemu_restore_mode = restore};
   sbx_driver *d = NULL;
   sbx_error err = {0};
   if (sbx_driver_open("qemu", &cfg, &d, &err) < 0) die("open", &err);

@@ -48,6 +48,11 @@ struct config {
   bool jail_user_namespace;
   struct pool_cfg *pools;
   size_t npools;
+  /* "qemu" (§7.4), checked by parse_qemu; NULL = the driver's default. */
+  struct {
+    char *binary, *kernel, *initrd, *guest_dir, *guest_builder;
+    char *accel, *restore_mode, *agent;
+  } qemu;
 };
 
 /* The embedded default (issue 5): 127.0.0.1:7777, data_dir for the user,

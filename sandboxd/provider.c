@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,7 +146,15 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
                           .goldens_dir = p->goldens_dir,
                           .run_dir = p->run_dir,
                           .silkd_path = p->silkd,
-                          .cgroup_name = cfg->jail_cgroup_root};
+                          .cgroup_name = cfg->jail_cgroup_root,
+                          .qemu_binary = cfg->qemu.binary,
+                          .qemu_guest_dir = cfg->qemu.guest_dir,
+                          .qemu_kernel = cfg->qemu.kernel,
+                          .qemu_initrd = cfg->qemu.initrd,
+                          .qemu_guest_builder = cfg->qemu.guest_builder,
+                          .qemu_accel = cfg->qemu.accel,
+                          .qemu_restore_mode = cfg->qemu.restore_mode,
+                          .qemu_agent = cfg->qemu.agent};
   rc = sbx_driver_open(cfg->driver, &dc, &p->drv, err);
   if (rc < 0) goto fail;
   *out = p;
@@ -263,24 +272,21 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
 #endif
 }
 
-static void worker_nice(void);
-
 static int op_prepare(void *ud, const sbx_pool_key *key, sbx_error *err) {
-  worker_nice();
   return prepare_key(ud, key, false, err);
 }
 
-/* Provisioning competes for the CPUs with the event loop that answers
- * claims and relays; on a small node an untamed clone storm shows up as
- * claim latency. Workers therefore run niced (per thread on Linux), and
- * each new sandbox's pid 1 is put back to normal priority. */
-#define WORKER_NICE 10
-
-static void worker_nice(void) { setpriority(PRIO_PROCESS, 0, WORKER_NICE); }
+/* Workers may run lowered (sbx_pool_mgr_set_background) and the jail's
+ * children inherit that: a new sandbox's pid 1 goes back to normal once
+ * it is ready, so the claimant's work is not throttled. */
+static void inst_normal_priority(pid_t pid) {
+  struct sched_param sp = {0};
+  sched_setscheduler(pid, SCHED_OTHER, &sp);
+  setpriority(PRIO_PROCESS, (id_t)pid, 0);
+}
 
 static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **out, sbx_error *err) {
   struct provider *p = ud;
-  worker_nice();
   int rc = prepare_key(p, key, true, err);
   if (rc < 0) return rc;
 #ifdef SBX_HAVE_DRIVER
@@ -307,7 +313,7 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
     return rc;
   }
   pid_t init = sbx_instance_pid(s->di);
-  if (init > 0) setpriority(PRIO_PROCESS, (id_t)init, 0);
+  if (init > 0) inst_normal_priority(init);
   *out = s;
   return 0;
 #else
@@ -318,7 +324,6 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
 static void op_destroy(void *ud, void *inst) {
   struct provider *p = ud;
   struct inst *s = inst;
-  worker_nice();
   (void)p;
 #ifdef SBX_HAVE_DRIVER
   if (s->di) {

@@ -61,6 +61,18 @@ typedef struct sbx_driver_config {
   /* Parent cgroup under each controller; default "sandbox". Sandbox ids
    * name the cgroups below it, so drivers sharing it must not share ids. */
   const char *cgroup_name;
+  /* qemu driver (sandboxd's "qemu" object, spec §7.4). NULL = the default;
+   * the SBX_GUEST_DIR, SBX_GUEST_BUILDER, SBX_QEMU, SBX_QEMU_ACCEL,
+   * SBX_QEMU_RESTORE and SBX_QEMU_AGENT environment variables, when set,
+   * override these (tests and benches pin them so). */
+  const char *qemu_binary;        /* default /usr/bin/qemu-system-x86_64; a bare name is looked up in PATH */
+  const char *qemu_guest_dir;     /* vmlinuz + initramfs.cpio.gz; default /var/cache/sandbox/guest */
+  const char *qemu_kernel;        /* default <qemu_guest_dir>/vmlinuz */
+  const char *qemu_initrd;        /* default <qemu_guest_dir>/initramfs.cpio.gz */
+  const char *qemu_guest_builder; /* build-guest-image run on open; unused when kernel or initrd is given */
+  const char *qemu_accel;         /* "auto" (default: kvm where usable), "kvm", "tcg" */
+  const char *qemu_restore_mode;  /* "mmap" (default) or "copy" */
+  const char *qemu_agent;         /* "auto" (default: vsock where usable), "vsock", "tcp" */
 } sbx_driver_config;
 
 typedef struct sbx_driver sbx_driver;

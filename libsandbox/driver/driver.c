@@ -14,6 +14,7 @@
 #include <sandbox/driver.h>
 
 #include "driver_internal.h"
+#include "kvm.h"
 
 #define MiB (1024ull * 1024ull)
 #define GiB (1024ull * MiB)
@@ -54,21 +55,14 @@ int sbxi_check_id(const char *id, sbx_error *err) {
   return 0;
 }
 
-/* "Usable" means openable read-write by us, which is what QEMU needs. */
-static bool kvm_usable(void) {
-  int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
-}
-
 const sbx_driver_ops *sbx_driver_get(const char *name, sbx_error *err) {
   if (!name || strcmp(name, "auto") == 0) {
-    /* auto stays on the jail for now: on nested hosts /dev/kvm opens (and
-     * even runs a toy guest) while a real kernel never boots, so picking
-     * qemu from kvm_usable() alone would break them. See docs/drivers.md. */
-    (void)kvm_usable;
-    return &sbxi_jail_driver_ops;
+    /* qemu only where /dev/kvm really runs our guest: under TCG a VM per
+     * sandbox is too slow to be the default (kvm.c says what is probed). */
+    char why[160];
+    bool kvm = sbxi_kvm_usable(why, sizeof why);
+    sbx_debug("driver auto: %s: %s", kvm ? "qemu" : "jail", why);
+    return kvm ? &sbxi_qemu_driver_ops : &sbxi_jail_driver_ops;
   }
   if (strcmp(name, "jail") == 0) return &sbxi_jail_driver_ops;
   if (strcmp(name, "qemu") == 0) return &sbxi_qemu_driver_ops;

@@ -15,6 +15,7 @@
 #include <sandbox/agent.h>
 
 #include "../../template/layers.h"
+#include "../kvm.h"
 #include "qemu.h"
 
 #define BOOT_TIMEOUT_MS 90000 /* spec §1.6: the builder's probe */
@@ -106,13 +107,13 @@ static int snapshot_to(sbx_instance *s, const char *file, bool ignore_shared, sb
 }
 
 static void args_line(const qemu_driver *qd, const sbx_golden *g, char *buf, size_t len) {
-  snprintf(buf, len, "v1 %s %s %s %s %s %s\n", g->size->name, g->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg",
+  snprintf(buf, len, "v2 %s %s %s %s %s %s %s\n", g->size->name, g->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg",
            g->agent == QEMU_AGENT_VSOCK ? "vsock" : "tcp", g->restore == QEMU_RESTORE_MMAP ? "mmap" : "copy",
-           g->disk ? g->disk : "-", qd->guest_dir);
+           g->disk ? g->disk : "-", qd->kernel, qd->initrd);
 }
 
 static bool adoptable(const char *dir, const char *want) {
-  char path[PATH_MAX], have[PATH_MAX + 128];
+  char path[PATH_MAX], have[3 * PATH_MAX + 128];
   snprintf(path, sizeof path, "%s/vm.args", dir);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -165,7 +166,7 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   if (key && (rc = sbxi_check_id(key, err)) < 0) goto fail;
   const char *parent = key ? qd->goldens_dir : qd->run_dir;
   if ((rc = sbxi_mkdir_p(parent, 0700, err)) < 0) goto fail;
-  char final[PATH_MAX], tmp[PATH_MAX], want[PATH_MAX + 128];
+  char final[PATH_MAX], tmp[PATH_MAX], want[3 * PATH_MAX + 128];
   static unsigned seq;
   unsigned n = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
   if (key) {
@@ -196,7 +197,7 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
     sbx_warn("qemu: no guest answered under KVM; falling back to TCG on this host (%s)", err ? err->msg : "");
     qd->accel = g->accel = QEMU_ACCEL_TCG;
     char mark[PATH_MAX];
-    snprintf(mark, sizeof mark, "%s", QEMU_KVM_BROKEN_MARK);
+    snprintf(mark, sizeof mark, "%s", SBXI_KVM_BROKEN_MARK);
     int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (mfd >= 0) close(mfd);
     sbx_err_clear(err);

@@ -2,8 +2,8 @@
  * running VM answers (QMP for pause/resume, /proc of QEMU for stats).
  *
  * The guest (kernel + initramfs) comes from scripts/build-guest-image; the
- * driver keeps it in $SBX_GUEST_DIR or /var/cache/sandbox/guest and runs
- * the builder (idempotent) whenever it can find it. */
+ * driver keeps it in its guest_dir (options.c) and runs the builder
+ * (idempotent) whenever it can find it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,24 +17,17 @@
 #include "qemu.h"
 
 #define DEFAULT_STATE "/var/lib/sandbox"
-#define DEFAULT_GUEST "/var/cache/sandbox/guest"
 #define FIRST_CID 1000
 #define RESTORE_TIMEOUT_MS 60000
 
 static void qemu_close(sbx_driver *d);
 
-static bool have_guest(const char *dir) {
-  char p[PATH_MAX];
-  snprintf(p, sizeof p, "%s/initramfs.cpio.gz", dir);
-  if (access(p, R_OK) != 0) return false;
-  snprintf(p, sizeof p, "%s/vmlinuz", dir);
-  return access(p, R_OK) == 0;
-}
+static bool have_guest(const qemu_driver *qd) { return access(qd->kernel, R_OK) == 0 && access(qd->initrd, R_OK) == 0; }
 
-/* The builder script: $SBX_GUEST_BUILDER, else the source tree that holds
+/* The builder script: the configured one, else the source tree that holds
  * the silkd we were given (build/bin/silkd -> scripts/), else installed. */
 static int build_guest(qemu_driver *qd, const char *silkd, sbx_error *err) {
-  const char *cands[4] = {getenv("SBX_GUEST_BUILDER"), NULL, "/usr/local/libexec/sandbox/build-guest-image",
+  const char *cands[4] = {qd->builder, NULL, "/usr/local/libexec/sandbox/build-guest-image",
                           "/usr/libexec/sandbox/build-guest-image"};
   char from_silkd[PATH_MAX] = "";
   if (silkd) {
@@ -58,10 +51,10 @@ static int build_guest(qemu_driver *qd, const char *silkd, sbx_error *err) {
     const char *argv[] = {cands[i], "--out", qd->guest_dir, silkd ? "--silkd" : NULL, silkd, NULL};
     return qemu_run_helper(argv, err);
   }
-  if (have_guest(qd->guest_dir)) return 0; /* prebuilt, no builder here */
+  if (have_guest(qd)) return 0; /* prebuilt, no builder here */
   return sbx_err(err, SBX_E_NOTFOUND,
-                 "qemu: no guest image in %s and no build-guest-image to make one (set SBX_GUEST_DIR or "
-                 "SBX_GUEST_BUILDER)",
+                 "qemu: no guest image in %s and no build-guest-image to make one (set qemu.guest_dir or "
+                 "qemu.guest_builder)",
                  qd->guest_dir);
 }
 
@@ -74,11 +67,10 @@ static int qemu_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
   qd->templates_dir = sbx_strdup(cfg->templates_dir ? cfg->templates_dir : DEFAULT_STATE "/templates");
   qd->goldens_dir = sbx_strdup(cfg->goldens_dir ? cfg->goldens_dir : DEFAULT_STATE "/goldens");
   qd->run_dir = sbx_strdup(cfg->run_dir ? cfg->run_dir : "/run/sandbox");
-  qd->guest_dir = sbx_strdup(getenv("SBX_GUEST_DIR") ? getenv("SBX_GUEST_DIR") : DEFAULT_GUEST);
-  qd->qemu_bin = sbx_strdup(getenv("SBX_QEMU") ? getenv("SBX_QEMU") : "/usr/bin/qemu-system-x86_64");
   qd->next_cid = FIRST_CID + (uint32_t)(getpid() % 1000) * 1000;
-  int rc = sbxi_mkdir_p(qd->run_dir, 0700, err);
+  int rc = qemu_options(qd, cfg, err);
   if (rc < 0) goto fail;
+  if ((rc = sbxi_mkdir_p(qd->run_dir, 0700, err)) < 0) goto fail;
   if ((qd->run_dirfd = open(qd->run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
     rc = sbx_err_os(err, errno, "open %s", qd->run_dir);
     goto fail;
@@ -88,27 +80,17 @@ static int qemu_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
     goto fail;
   }
   /* The builder is idempotent (a stamp of its inputs), so it runs every
-   * time it is at hand: a guest image older than silkd is rebuilt. */
-  {
-    if ((rc = build_guest(qd, cfg->silkd_path, err)) < 0) goto fail;
-    if (!have_guest(qd->guest_dir)) {
-      rc = sbx_err(err, SBX_E_NOTFOUND, "qemu: the guest build left no image in %s", qd->guest_dir);
-      goto fail;
-    }
+   * time it is at hand: a guest image older than silkd is rebuilt. A
+   * configured kernel or initrd is taken as it is. */
+  if (!qd->prebuilt && (rc = build_guest(qd, cfg->silkd_path, err)) < 0) goto fail;
+  if (!have_guest(qd)) {
+    rc = sbx_err(err, SBX_E_NOTFOUND, "qemu: no guest kernel %s or initrd %s", qd->kernel, qd->initrd);
+    goto fail;
   }
-  qd->accel = access(QEMU_KVM_BROKEN_MARK, F_OK) != 0 && qemu_kvm_works() ? QEMU_ACCEL_KVM : QEMU_ACCEL_TCG;
-  const char *force = getenv("SBX_QEMU_ACCEL");
-  if (force && strcmp(force, "kvm") == 0) qd->accel = QEMU_ACCEL_KVM;
-  qd->accel_pinned = force && (strcmp(force, "kvm") == 0 || strcmp(force, "tcg") == 0);
-  qd->agent = access("/dev/vhost-vsock", R_OK | W_OK) == 0 ? QEMU_AGENT_VSOCK : QEMU_AGENT_TCP;
-  const char *agent = getenv("SBX_QEMU_AGENT");
-  if (agent && strcmp(agent, "tcp") == 0) qd->agent = QEMU_AGENT_TCP;
-  const char *restore = getenv("SBX_QEMU_RESTORE");
-  qd->restore = restore && strcmp(restore, "copy") == 0 ? QEMU_RESTORE_COPY : QEMU_RESTORE_MMAP;
   qd->tsc_khz = qemu_host_tsc_khz();
-  sbx_debug("qemu: accel %s, agent %s, restore %s, tsc %lu kHz, guest %s",
+  sbx_debug("qemu: accel %s, agent %s, restore %s, tsc %lu kHz, kernel %s, initrd %s",
             qd->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg", qd->agent == QEMU_AGENT_VSOCK ? "vsock" : "tcp",
-            qd->restore == QEMU_RESTORE_MMAP ? "mmap" : "copy", qd->tsc_khz, qd->guest_dir);
+            qd->restore == QEMU_RESTORE_MMAP ? "mmap" : "copy", qd->tsc_khz, qd->kernel, qd->initrd);
   *out = &qd->base;
   return 0;
 fail:
@@ -123,6 +105,9 @@ static void qemu_close(sbx_driver *d) {
   sbx_free(qd->goldens_dir);
   sbx_free(qd->run_dir);
   sbx_free(qd->guest_dir);
+  sbx_free(qd->kernel);
+  sbx_free(qd->initrd);
+  sbx_free(qd->builder);
   sbx_free(qd->qemu_bin);
   sbx_free(qd);
 }

@@ -34,17 +34,17 @@ typedef enum qemu_agent { QEMU_AGENT_TCP = 0, QEMU_AGENT_VSOCK = 1 } qemu_agent;
  * (copy-on-write) and the stream carries only device state. */
 typedef enum qemu_restore { QEMU_RESTORE_COPY = 0, QEMU_RESTORE_MMAP = 1 } qemu_restore;
 
-/* A host whose /dev/kvm never boots a guest is remembered until reboot. */
-#define QEMU_KVM_BROKEN_MARK "/run/sandbox-qemu.kvm-broken"
-
 typedef struct qemu_driver {
   sbx_driver base;
   char *templates_dir, *goldens_dir, *run_dir;
-  char *guest_dir; /* vmlinuz + initramfs.cpio.gz */
+  char *guest_dir; /* where the builder writes vmlinuz + initramfs.cpio.gz */
+  char *kernel, *initrd;
+  char *builder;   /* build-guest-image given by config or env, or NULL */
+  bool prebuilt;   /* kernel or initrd configured: no builder runs */
   char *qemu_bin;
   int run_dirfd;
   qemu_accel accel;
-  bool accel_pinned; /* SBX_QEMU_ACCEL: no fallback from KVM to TCG */
+  bool accel_pinned; /* accel kvm|tcg configured: no fallback from KVM to TCG */
   qemu_agent agent;
   qemu_restore restore;
   unsigned long tsc_khz; /* 0 = unknown: the kernel calibrates */
@@ -95,8 +95,11 @@ struct sbx_instance {
 };
 
 /* accel.c */
-bool qemu_kvm_works(void);
 unsigned long qemu_host_tsc_khz(void);
+
+/* options.c: the configured settings and their environment overrides
+ * into qd (binary, guest paths, builder, accel, restore, agent). */
+int qemu_options(qemu_driver *qd, const sbx_driver_config *cfg, sbx_error *err);
 
 /* qmp.c: a blocking QMP client. Events are skipped. */
 typedef struct qmp qmp;

@@ -120,9 +120,9 @@ static int build_argv(qemu_driver *qd, const char *dir, const qemu_vm_args *a, a
   add(av, "-serial");
   add(av, "file:%s/console.log", dir);
   add(av, "-kernel");
-  add(av, "%s/vmlinuz", qd->guest_dir);
+  add(av, "%s", qd->kernel);
   add(av, "-initrd");
-  add(av, "%s/initramfs.cpio.gz", qd->guest_dir);
+  add(av, "%s", qd->initrd);
   add(av, "-append");
   char tsc[48] = "";
   if (qd->tsc_khz) snprintf(tsc, sizeof tsc, " tsc_early_khz=%lu", qd->tsc_khz);

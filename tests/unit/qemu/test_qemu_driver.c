@@ -28,6 +28,7 @@
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
 
+#include "driver/kvm.h"
 #include "driver/qemu/qemu.h"
 
 static char base[64];
@@ -36,6 +37,7 @@ static sbx_driver *drv;
 static sbx_template *tpl;
 static sbx_golden *golden;
 static char kernel_release[128];
+static char accel[16];
 
 static int sh(const char *cmd) {
   int st = system(cmd);
@@ -64,13 +66,17 @@ static int setup(void **state) {
   if (!f || !fgets(kernel_release, sizeof kernel_release, f)) return -1;
   fclose(f);
   kernel_release[strcspn(kernel_release, "\n")] = '\0';
-  setenv("SBX_GUEST_DIR", guest_dir, 1);
-  /* A host whose /dev/kvm never boots a kernel (nested, as here) costs a
-   * 20 s fallback; CI on such a host pins TCG. A KVM runner sets
-   * SBX_QEMU_ACCEL=kvm (or unsets it) to test KVM instead. */
-  setenv("SBX_QEMU_ACCEL", getenv("SBX_TEST_QEMU_ACCEL") ? getenv("SBX_TEST_QEMU_ACCEL") : "tcg", 1);
+  /* A host whose /dev/kvm never boots a kernel (as here) is told apart by
+   * the probe, but CI pins TCG anyway; a KVM runner sets
+   * SBX_TEST_QEMU_ACCEL=kvm (or auto) to test KVM instead. */
+  snprintf(accel, sizeof accel, "%s", getenv("SBX_TEST_QEMU_ACCEL") ? getenv("SBX_TEST_QEMU_ACCEL") : "tcg");
+  /* the config decides here, not a stray environment */
+  static const char *const envs[] = {"SBX_QEMU", "SBX_GUEST_DIR", "SBX_GUEST_BUILDER", "SBX_QEMU_ACCEL",
+                                     "SBX_QEMU_RESTORE", "SBX_QEMU_AGENT"};
+  for (size_t i = 0; i < sizeof envs / sizeof *envs; i++) unsetenv(envs[i]);
   sbx_driver_config cfg = {.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
-                           .silkd_path = SBX_BUILD_BIN_DIR "/silkd"};
+                           .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_guest_dir = guest_dir,
+                           .qemu_accel = accel};
   sbx_error err = {0};
   if (sbx_driver_open("qemu", &cfg, &drv, &err) < 0) {
     fprintf(stderr, "driver open: %s\n", err.msg);
@@ -361,13 +367,12 @@ static void test_restore_modes(void **state) {
   char ram[300];
   snprintf(ram, sizeof ram, "%s/ram", golden->dir);
   assert_int_equal(access(ram, R_OK), 0); /* the group's golden is mmap */
-  setenv("SBX_QEMU_RESTORE", "copy", 1);
   sbx_driver_config cfg = {.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
-                           .silkd_path = SBX_BUILD_BIN_DIR "/silkd"};
+                           .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_guest_dir = guest_dir,
+                           .qemu_accel = accel, .qemu_restore_mode = "copy"};
   sbx_error err = {0};
   sbx_driver *d = NULL;
   int rc = sbx_driver_open("qemu", &cfg, &d, &err);
-  unsetenv("SBX_QEMU_RESTORE");
   if (rc < 0) fail_msg("open: %s", err.msg);
   sbx_golden *g = NULL;
   if (sbx_golden_build(d, tpl, NULL, &g, &err) < 0) fail_msg("golden: %s", err.msg);
@@ -392,14 +397,15 @@ static void test_restore_modes(void **state) {
 }
 
 /* sbxctl local run --driver qemu goes through driver.h like the jail: its
- * output is the guest kernel's release. */
+ * output is the guest kernel's release. sbxctl has no qemu settings of its
+ * own, so the environment overrides carry them. */
 static void test_sbxctl_local_run(void **state) {
   (void)state;
   char cmd[1024], out[256] = "";
   snprintf(cmd, sizeof cmd,
-           "SBX_STATE_DIR=%s/sbxctl SBX_RUN_DIR=%s/sbxctl-run %s/sbxctl local run --driver qemu -- uname -r "
-           "</dev/null",
-           base, base, SBX_BUILD_BIN_DIR);
+           "SBX_GUEST_DIR=%s SBX_QEMU_ACCEL=%s SBX_STATE_DIR=%s/sbxctl SBX_RUN_DIR=%s/sbxctl-run %s/sbxctl local run "
+           "--driver qemu -- uname -r </dev/null",
+           guest_dir, accel, base, base, SBX_BUILD_BIN_DIR);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   size_t n = fread(out, 1, sizeof out - 1, p);
@@ -414,8 +420,96 @@ static void test_sbxctl_local_run(void **state) {
   assert_int_equal(sh(cmd), 0);
 }
 
+/* The driver's settings come from sbx_driver_config (sandboxd's "qemu"
+ * object); bad values are refused at open, each environment variable
+ * overrides its field, and "auto" follows the KVM probe. A configured
+ * kernel and initrd are taken as built (no builder), so these opens boot
+ * nothing. */
+static void test_options(void **state) {
+  (void)state;
+  char kernel[256], initrd[256];
+  snprintf(kernel, sizeof kernel, "%s/vmlinuz", guest_dir);
+  snprintf(initrd, sizeof initrd, "%s/initramfs.cpio.gz", guest_dir);
+  sbx_driver_config base_cfg = {.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
+                                .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_kernel = kernel,
+                                .qemu_initrd = initrd};
+  static const struct {
+    const char *accel, *restore, *agent, *guest, *binary;
+    int code;
+    const char *needle;
+  } bad[] = {
+      {"xen", NULL, NULL, NULL, NULL, SBX_E_INVAL, "accel"},
+      {NULL, "share", NULL, NULL, NULL, SBX_E_INVAL, "restore_mode"},
+      {NULL, NULL, "virtio", NULL, NULL, SBX_E_INVAL, "agent"},
+      {NULL, NULL, NULL, "guest", NULL, SBX_E_INVAL, "guest_dir"},
+      {NULL, NULL, NULL, NULL, "/nonexistent/qemu-system-x86_64", SBX_E_UNSUPPORTED, "/nonexistent"},
+  };
+  sbx_error err = {0};
+  sbx_driver *d = NULL;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    sbx_driver_config cfg = base_cfg;
+    cfg.qemu_accel = bad[i].accel;
+    cfg.qemu_restore_mode = bad[i].restore;
+    cfg.qemu_agent = bad[i].agent;
+    cfg.qemu_guest_dir = bad[i].guest;
+    cfg.qemu_binary = bad[i].binary;
+    assert_int_equal(sbx_driver_open("qemu", &cfg, &d, &err), bad[i].code);
+    assert_null(d);
+    assert_non_null(strstr(err.msg, bad[i].needle));
+  }
+  /* a missing kernel is named */
+  sbx_driver_config cfg = base_cfg;
+  cfg.qemu_kernel = "/nonexistent/vmlinuz";
+  assert_int_equal(sbx_driver_open("qemu", &cfg, &d, &err), SBX_E_NOTFOUND);
+  assert_non_null(strstr(err.msg, "/nonexistent/vmlinuz"));
+
+  /* the fields are used: a bare binary name is found in PATH */
+  cfg = base_cfg;
+  cfg.qemu_binary = "qemu-system-x86_64";
+  cfg.qemu_accel = "tcg";
+  cfg.qemu_restore_mode = "copy";
+  cfg.qemu_agent = "tcp";
+  if (sbx_driver_open("qemu", &cfg, &d, &err) < 0) fail_msg("open: %s", err.msg);
+  qemu_driver *qd = (qemu_driver *)d;
+  assert_true(qd->qemu_bin[0] == '/');
+  assert_non_null(strstr(qd->qemu_bin, "/qemu-system-x86_64"));
+  assert_string_equal(qd->kernel, kernel);
+  assert_string_equal(qd->initrd, initrd);
+  assert_int_equal(qd->accel, QEMU_ACCEL_TCG);
+  assert_true(qd->accel_pinned);
+  assert_int_equal(qd->restore, QEMU_RESTORE_COPY);
+  assert_int_equal(qd->agent, QEMU_AGENT_TCP);
+  sbx_driver_close(d);
+
+  /* each environment variable overrides its field */
+  setenv("SBX_QEMU_ACCEL", "tcg", 1);
+  setenv("SBX_QEMU_RESTORE", "mmap", 1);
+  cfg = base_cfg;
+  cfg.qemu_accel = "kvm";
+  cfg.qemu_restore_mode = "copy";
+  int rc = sbx_driver_open("qemu", &cfg, &d, &err);
+  unsetenv("SBX_QEMU_ACCEL");
+  unsetenv("SBX_QEMU_RESTORE");
+  if (rc < 0) fail_msg("open: %s", err.msg);
+  qd = (qemu_driver *)d;
+  assert_int_equal(qd->accel, QEMU_ACCEL_TCG);
+  assert_int_equal(qd->restore, QEMU_RESTORE_MMAP);
+  sbx_driver_close(d);
+
+  /* auto (the default) is the probe's answer, unpinned so a golden that
+   * hangs under KVM may still fall back */
+  cfg = base_cfg;
+  if (sbx_driver_open("qemu", &cfg, &d, &err) < 0) fail_msg("open: %s", err.msg);
+  qd = (qemu_driver *)d;
+  char why[160];
+  assert_int_equal(qd->accel, sbxi_kvm_usable(why, sizeof why) ? QEMU_ACCEL_KVM : QEMU_ACCEL_TCG);
+  assert_false(qd->accel_pinned);
+  sbx_driver_close(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_options),
       cmocka_unit_test(test_sbxctl_local_run),
       cmocka_unit_test(test_restore_modes),
       cmocka_unit_test(test_dir_template),
