@@ -1,6 +1,7 @@
 /* bench_util.h - header-only helpers shared by the bench/ programs: repeated
- * timed runs, order statistics (min, median, max, percentiles) and a sink
- * that keeps the compiler from deleting the measured work.
+ * timed runs, order statistics (min, median, max, percentiles), a sink
+ * that keeps the compiler from deleting the measured work, and starting the
+ * sandboxd that sits next to the bench binary.
  *
  * A figure is always the median of several runs, printed beside its min and
  * max, because a single run on a shared 2-core machine says more about the
@@ -8,12 +9,18 @@
 #ifndef SBX_BENCH_UTIL_H
 #define SBX_BENCH_UTIL_H
 
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <sandbox/core.h>
 
@@ -108,6 +115,81 @@ static inline bool bench_report(const char *name, const double *rates, size_t n,
   else
     printf("\n");
   return ok;
+}
+
+/* A sandboxd started by a bench. */
+typedef struct {
+  pid_t pid;
+  int port;
+  int log_fd;   /* its stderr after "ready", non-blocking: read it or leave it */
+  char dir[64]; /* temp dir holding config.json and data/, kept across restarts */
+} bench_daemon;
+
+/* Start build/bin/sandboxd (next to this binary) on a config whose text is
+ * `config` with every "@DIR@" replaced by d->dir (made on the first start,
+ * /tmp/<prefix>-XXXXXX; a restart reuses it, and its data_dir). child_setup,
+ * if given, runs in the child before exec (cgroup placement, environment).
+ * Returns 0 once the daemon printed its port, -1 (with its output on
+ * stderr) if it did not. */
+static inline int bench_daemon_start(bench_daemon *d, const char *prefix, const char *config,
+                                     void (*child_setup)(void *ud), void *ud) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n < 0) return -1;
+  exe[n] = '\0';
+  *strrchr(exe, '/') = '\0';
+  if (!d->dir[0]) {
+    snprintf(d->dir, sizeof d->dir, "/tmp/%s-XXXXXX", prefix);
+    if (!mkdtemp(d->dir)) return -1;
+  }
+  char cfg[128];
+  snprintf(cfg, sizeof cfg, "%s/config.json", d->dir);
+  FILE *f = fopen(cfg, "w");
+  if (!f) return -1;
+  for (const char *c = config; *c; c++) {
+    if (strncmp(c, "@DIR@", 5) == 0) {
+      fputs(d->dir, f);
+      c += 4;
+    } else {
+      fputc(*c, f);
+    }
+  }
+  fclose(f);
+  int pfd[2];
+  if (pipe(pfd) < 0) return -1;
+  d->pid = fork();
+  if (d->pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench that dies leaves no daemon */
+    if (child_setup) child_setup(ud);
+    dup2(pfd[1], 2);
+    close(pfd[0]);
+    setenv("SANDBOXD_LOG_LEVEL", "warn", 1);
+    char bin[PATH_MAX + 16];
+    snprintf(bin, sizeof bin, "%s/sandboxd", exe);
+    execl(bin, "sandboxd", "--config", cfg, (char *)NULL);
+    _exit(127);
+  }
+  close(pfd[1]);
+  char buf[4096];
+  size_t got = 0;
+  for (;;) {
+    ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
+    if (r <= 0) break;
+    got += (size_t)r;
+    buf[got] = '\0';
+    char *m = strstr(buf, "ready port=");
+    if (m) {
+      d->port = atoi(m + 11);
+      /* Keep the pipe drained from here on without blocking anyone. */
+      fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+      d->log_fd = pfd[0];
+      return 0;
+    }
+  }
+  buf[got] = '\0';
+  fprintf(stderr, "sandboxd did not start:\n%s\n", buf);
+  close(pfd[0]);
+  return -1;
 }
 
 #endif

@@ -1,6 +1,6 @@
 /* bench/rpc: the data plane through sandboxd's relay.
  *
- *   bench-rpc [-n SAMPLES] [--mib N] [--addr ADDR]
+ *   bench-rpc [-n SAMPLES] [--mib N] [--rounds R] [--addr ADDR]
  *
  * Without --addr it starts build/bin/sandboxd (next to this binary) with the
  * jail driver on a free port and a temporary data_dir (needs root), claims
@@ -9,89 +9,53 @@
  *     connection and with a fresh upgrade per RPC, interleaved sample by
  *     sample so both see the same machine state; p50/p90/p99 in µs;
  *   - fs_push and fs_pull of an N MiB file (default 128) as a tar stream,
- *     in MiB/s (median of 3).
+ *     in MiB/s (median of R rounds, default 3).
+ * -n 0 skips the round trips (transfers only, for A/B runs of the relay).
+ * With its own sandboxd it also prints the CPU time per GiB moved spent by
+ * this client, by sandboxd (the relay) and by the sandbox's silkd: on a
+ * shared 2-core machine MiB/s swings with the neighbours' load, CPU per GiB
+ * much less.
  * With --addr, the node at ADDR is used (SANDBOXD_TOKEN as the node token);
  * --addr unix:PATH talks to a silkd socket directly, which separates the
  * relay's share from silkd's. */
-#include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sandbox/client.h>
 
 #include "bench_util.h"
 
-static pid_t daemon_pid;
-static char tmpdir[64];
+static bench_daemon sbxd;
 
 static int start_daemon(char *addr, size_t addr_len) {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n < 0) return -1;
-  exe[n] = '\0';
-  *strrchr(exe, '/') = '\0';
-  if (!tmpdir[0]) { /* the cleanup restart must reuse the same data_dir */
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bench-rpc-XXXXXX");
-    if (!mkdtemp(tmpdir)) return -1;
-  }
-  char cfg[128];
-  snprintf(cfg, sizeof cfg, "%s/config.json", tmpdir);
-  FILE *f = fopen(cfg, "w");
-  fprintf(f, "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"%s/data\",\"driver\":\"jail\","
-             "\"pools\":[{\"template\":\"host\",\"warm\":1}]}",
-          tmpdir);
-  fclose(f);
-  int pfd[2];
-  if (pipe(pfd) < 0) return -1;
-  daemon_pid = fork();
-  if (daemon_pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(pfd[1], 2);
-    close(pfd[0]);
-    setenv("SANDBOXD_LOG_LEVEL", "warn", 1);
-    char bin[PATH_MAX + 16];
-    snprintf(bin, sizeof bin, "%s/sandboxd", exe);
-    execl(bin, "sandboxd", "--config", cfg, (char *)NULL);
-    _exit(127);
-  }
-  close(pfd[1]);
-  char buf[4096];
-  size_t got = 0;
-  for (;;) {
-    ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
-    if (r <= 0) break;
-    got += (size_t)r;
-    buf[got] = '\0';
-    char *m = strstr(buf, "ready port=");
-    if (m) {
-      snprintf(addr, addr_len, "127.0.0.1:%d", atoi(m + 11));
-      fcntl(pfd[0], F_SETFL, O_NONBLOCK);
-      return 0;
-    }
-  }
-  fprintf(stderr, "sandboxd did not start:\n%s\n", buf);
-  return -1;
+  const char *cfg = "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DIR@/data\",\"driver\":\"jail\","
+                    "\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
+  if (bench_daemon_start(&sbxd, "bench-rpc", cfg, NULL, NULL) < 0) return -1;
+  snprintf(addr, addr_len, "127.0.0.1:%d", sbxd.port);
+  return 0;
 }
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
 
 /* A restart that owns no claims and no pools destroys what is left. */
 static void stop_daemon(void) {
-  if (daemon_pid <= 0) return;
-  kill(daemon_pid, SIGTERM);
-  waitpid(daemon_pid, NULL, 0);
+  if (sbxd.pid <= 0) return;
+  kill(sbxd.pid, SIGTERM);
+  waitpid(sbxd.pid, NULL, 0);
+  close(sbxd.log_fd);
   char p[128];
-  snprintf(p, sizeof p, "%s/data/claims.json", tmpdir);
+  snprintf(p, sizeof p, "%s/data/claims.json", sbxd.dir);
   unlink(p);
-  snprintf(p, sizeof p, "%s/data/pools.json", tmpdir);
+  snprintf(p, sizeof p, "%s/data/pools.json", sbxd.dir);
   FILE *f = fopen(p, "w");
   if (f) {
     fputs("{\"pools\":[]}", f);
@@ -99,10 +63,99 @@ static void stop_daemon(void) {
   }
   char addr[64];
   if (start_daemon(addr, sizeof addr) == 0) {
-    kill(daemon_pid, SIGTERM);
-    waitpid(daemon_pid, NULL, 0);
+    kill(sbxd.pid, SIGTERM);
+    waitpid(sbxd.pid, NULL, 0);
+    close(sbxd.log_fd);
   }
-  nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  nftw(sbxd.dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  sbxd.pid = 0;
+}
+
+/* Parent pid of pid, or -1. */
+static pid_t ppid_of(pid_t pid) {
+  char p[64], buf[512];
+  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(p, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *e = strrchr(buf, ')');
+  int pp;
+  return e && sscanf(e + 2, "%*c %d", &pp) == 1 ? (pid_t)pp : -1;
+}
+
+/* Whether pid runs below sandboxd. */
+static bool below_daemon(pid_t pid) {
+  for (pid_t a = ppid_of(pid); a > 1; a = ppid_of(a))
+    if (a == sbxd.pid) return true;
+  return false;
+}
+
+/* CPU time of every thread of pid, in ns (schedstat, not tick-rounded). */
+static uint64_t proc_cpu_ns(pid_t pid) {
+  if (pid <= 0) return 0;
+  char p[64];
+  snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(p);
+  uint64_t sum = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char q[128];
+    snprintf(q, sizeof q, "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+    FILE *f = fopen(q, "r");
+    unsigned long long ns = 0;
+    if (f && fscanf(f, "%llu", &ns) == 1) sum += ns;
+    if (f) fclose(f);
+  }
+  if (d) closedir(d);
+  return sum;
+}
+
+/* CPU time of the silkd processes below sandboxd (the claimed sandbox's
+ * and the idle pool's, which adds nothing). */
+static uint64_t silkd_cpu_ns(void) {
+  DIR *d = opendir("/proc");
+  uint64_t sum = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    pid_t pid = (pid_t)atoi(e->d_name);
+    char p[64], comm[32] = "";
+    snprintf(p, sizeof p, "/proc/%d/comm", (int)pid);
+    FILE *f = pid > 0 ? fopen(p, "r") : NULL;
+    if (!f) continue;
+    if (!fgets(comm, sizeof comm, f)) comm[0] = '\0';
+    fclose(f);
+    if (strcmp(comm, "silkd\n") == 0 && below_daemon(pid)) sum += proc_cpu_ns(pid);
+  }
+  if (d) closedir(d);
+  return sum;
+}
+
+static uint64_t self_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+typedef struct {
+  uint64_t client, relay, silkd;
+} cpu_mark;
+
+static cpu_mark cpu_now(void) {
+  if (sbxd.pid <= 0) return (cpu_mark){0};
+  return (cpu_mark){self_cpu_ns(), proc_cpu_ns(sbxd.pid), silkd_cpu_ns()};
+}
+
+static void cpu_add(cpu_mark *acc, cpu_mark a, cpu_mark b) {
+  acc->client += b.client - a.client;
+  acc->relay += b.relay - a.relay;
+  acc->silkd += b.silkd - a.silkd;
+}
+
+static void cpu_report(const char *what, const cpu_mark *c, uint64_t bytes) {
+  double gib = (double)bytes / (1 << 30), ms = 1e6;
+  printf("%-24s CPU ms/GiB: client %6.0f   sandboxd %6.0f   silkd %6.0f\n", what, (double)c->client / ms / gib,
+         (double)c->relay / ms / gib, (double)c->silkd / ms / gib);
 }
 
 static int cmp_d(const void *a, const void *b) { return bench_cmp_double(a, b); }
@@ -176,21 +229,23 @@ static double pull_once(sbx_sandbox *s, uint64_t bytes) {
 }
 
 int main(int argc, char **argv) {
-  int n = 1000, mib = 128;
+  int n = 1000, mib = 128, rounds = 3;
   const char *addr_arg = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
       n = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
       mib = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+      rounds = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--addr") == 0 && i + 1 < argc) {
       addr_arg = argv[++i];
     } else {
-      fprintf(stderr, "usage: bench-rpc [-n SAMPLES] [--mib N] [--addr ADDR]\n");
+      fprintf(stderr, "usage: bench-rpc [-n SAMPLES] [--mib N] [--rounds R] [--addr ADDR]\n");
       return 2;
     }
   }
-  if (n < 1 || mib < 1) return 2;
+  if (n < 0 || mib < 1 || rounds < 1 || rounds > BENCH_MAX_RUNS) return 2;
   signal(SIGPIPE, SIG_IGN);
   char addr[128];
   if (addr_arg) {
@@ -209,8 +264,9 @@ int main(int argc, char **argv) {
              : sbx_client_claim(c, &co, &s, &err) < 0)
     die("claim", &err);
 
-  double *stat_kept = sbx_calloc((size_t)n, sizeof(double)), *stat_dial = sbx_calloc((size_t)n, sizeof(double));
-  double *exec_kept = sbx_calloc((size_t)n, sizeof(double)), *exec_dial = sbx_calloc((size_t)n, sizeof(double));
+  size_t nn = n ? (size_t)n : 1;
+  double *stat_kept = sbx_calloc(nn, sizeof(double)), *stat_dial = sbx_calloc(nn, sizeof(double));
+  double *exec_kept = sbx_calloc(nn, sizeof(double)), *exec_dial = sbx_calloc(nn, sizeof(double));
   const char *argv_true[] = {"true", NULL};
   sbx_exec_opts eo = {.argv = argv_true};
   sbx_wire_file_info fi;
@@ -236,23 +292,35 @@ int main(int argc, char **argv) {
     exec_dial[i] = (double)(sbx_now_ns() - t0) / 1e3;
   }
   printf("bench-rpc: %s, sandbox %s\n", addr, sbx_sandbox_id(s));
-  report("fs_stat kept", stat_kept, (size_t)n);
-  report("fs_stat dial-per-RPC", stat_dial, (size_t)n);
-  report("exec kept", exec_kept, (size_t)n);
-  report("exec dial-per-RPC", exec_dial, (size_t)n);
+  if (n > 0) {
+    report("fs_stat kept", stat_kept, (size_t)n);
+    report("fs_stat dial-per-RPC", stat_dial, (size_t)n);
+    report("exec kept", exec_kept, (size_t)n);
+    report("exec dial-per-RPC", exec_dial, (size_t)n);
+  }
 
   size_t chunk_len = 1 << 20;
   char *chunk = sbx_malloc(chunk_len);
   for (size_t i = 0; i < chunk_len; i++) chunk[i] = (char)(i * 2654435761u >> 24); /* not all zeros */
   uint64_t bytes = (uint64_t)mib << 20;
-  double push[3], pull[3];
-  for (int r = 0; r < 3; r++) {
+  double push[BENCH_MAX_RUNS], pull[BENCH_MAX_RUNS];
+  cpu_mark cpu_push = {0}, cpu_pull = {0};
+  for (int r = 0; r < rounds; r++) {
+    cpu_mark m0 = cpu_now();
     push[r] = push_once(s, bytes, chunk, chunk_len);
+    cpu_mark m1 = cpu_now();
     pull[r] = pull_once(s, bytes);
+    cpu_mark m2 = cpu_now();
+    cpu_add(&cpu_push, m0, m1);
+    cpu_add(&cpu_pull, m1, m2);
   }
-  bench_stats ps = bench_summarize(push, 3), pl = bench_summarize(pull, 3);
+  bench_stats ps = bench_summarize(push, (size_t)rounds), pl = bench_summarize(pull, (size_t)rounds);
   printf("fs_push %d MiB            median %7.1f MiB/s (min %.1f, max %.1f)\n", mib, ps.median, ps.min, ps.max);
   printf("fs_pull %d MiB            median %7.1f MiB/s (min %.1f, max %.1f)\n", mib, pl.median, pl.min, pl.max);
+  if (sbxd.pid > 0) {
+    cpu_report("fs_push", &cpu_push, bytes * (uint64_t)rounds);
+    cpu_report("fs_pull", &cpu_pull, bytes * (uint64_t)rounds);
+  }
 
   sbx_sandbox_remove(s, "/tmp/bench-rpc", true, &err);
   if (!direct) sbx_sandbox_release(s, &err);

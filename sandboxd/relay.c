@@ -1,9 +1,12 @@
 /* relay.c - upgraded connections: a byte relay to silkd (spec §4.21) and
  * a framed relay to a guest TCP port through port_forward (§4.22).
  *
- * Both use bufferevents with backpressure: a side stops reading while the
- * other side has more than RELAY_HIGH bytes queued. Every relay is on
- * d->relays so a release or a shutdown can force-close it. */
+ * The silkd relay normally works on the raw fds (splice one way, a reused
+ * buffer the other, see "the fd relay" below); the port relay, and the
+ * silkd relay when no pipe or descriptor can be had, use bufferevents with
+ * backpressure: a side stops reading while the other side has more than
+ * RELAY_HIGH bytes queued. Every relay is on d->relays so a release or a
+ * shutdown can force-close it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,6 +33,34 @@ static void relay_io_size(struct bufferevent *bev) {
   bufferevent_set_max_single_write(bev, RELAY_IO);
 }
 
+#define RELAY_BUF (1024 * 1024) /* guest -> client staging buffer of the fd relay */
+/* Toward silkd: a deep Unix send buffer lets a whole burst of frames go in
+ * one splice, with fewer wakeups of either side. */
+#define RELAY_GUEST_SNDBUF (4 * 1024 * 1024)
+#define RELAY_BUF_SPARE 4
+
+/* Guest -> client buffers are taken when bytes arrive and given back when
+ * the direction goes idle, so a parked connection holds none; a few spare
+ * ones save the allocation on every RPC. The relays run on the event loop
+ * thread only. */
+static char *spare_bufs[RELAY_BUF_SPARE];
+static int nspare;
+
+static char *buf_get(void) { return nspare > 0 ? spare_bufs[--nspare] : sbx_malloc(RELAY_BUF); }
+
+static void buf_put(char *b) {
+  if (!b) return;
+  if (nspare < RELAY_BUF_SPARE) {
+    spare_bufs[nspare++] = b;
+  } else {
+    sbx_free(b);
+  }
+}
+
+static void bufs_free_spare(void) {
+  while (nspare > 0) sbx_free(spare_bufs[--nspare]);
+}
+
 static const char AGENT_101[] = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: silkd\r\nConnection: Upgrade\r\n\r\n";
 static const char TCP_101[] = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: tcp\r\nConnection: Upgrade\r\n\r\n";
 
@@ -46,12 +77,16 @@ struct relay {
   bool client_shut;     /* framed: write side toward the client shut */
   struct http_req *req; /* framed, until ready */
   int port;
-  /* Spliced raw relay: plain fds and one pipe per direction. */
+  /* Fd relay: plain fds; client -> guest through a pipe with splice,
+   * guest -> client through a user-space buffer (see below). */
   bool spliced;
   struct sdir {
     int in, out;
-    int pipe[2];
-    size_t inpipe; /* bytes waiting in the pipe */
+    int pipe[2];  /* -1 in the buffered direction */
+    char *buf;    /* buffered direction: held only while bytes move */
+    size_t off;   /* buffered: first byte not yet written */
+    size_t held;  /* bytes waiting in the pipe or the buffer */
+    size_t cap;
     bool in_eof;
     struct event *rev, *wev;
   } c2g, g2c;
@@ -71,8 +106,9 @@ static void relay_free(struct relay *r) {
     for (int i = 0; i < 2; i++) {
       if (dirs[i]->rev) event_free(dirs[i]->rev);
       if (dirs[i]->wev) event_free(dirs[i]->wev);
-      close(dirs[i]->pipe[0]);
-      close(dirs[i]->pipe[1]);
+      buf_put(dirs[i]->buf);
+      if (dirs[i]->pipe[0] >= 0) close(dirs[i]->pipe[0]);
+      if (dirs[i]->pipe[1] >= 0) close(dirs[i]->pipe[1]);
     }
     close(r->c2g.in);
     close(r->c2g.out);
@@ -106,6 +142,7 @@ void relays_close_for(struct sbxd *d, const char *id) {
 
 void relays_close_all(struct sbxd *d) {
   while (d->relays) relay_free(d->relays);
+  bufs_free_spare();
 }
 
 size_t relays_count(struct sbxd *d) {
@@ -204,60 +241,95 @@ static void upgrade_required(struct http_req *req, const char *proto) {
   http_reply(req, 426, "application/json", body, sizeof body - 1, hdr);
 }
 
-/* ---- the spliced raw relay ----
- * Both ends are sockets, so bytes can move socket -> pipe -> socket in the
- * kernel with splice(2) instead of being copied through user space. The
- * 101 head and the pipelined bytes are written into the pipes first, so
- * they go out ahead of everything else with no special case. */
+/* ---- the fd relay ----
+ * Both ends are plain sockets, so the relay works on the fds, not on
+ * bufferevents. Client -> guest moves TCP -> pipe -> Unix socket with
+ * splice(2): no copy through user space. Guest -> client goes through a
+ * user-space buffer instead (read, then send): splicing into TCP hands it
+ * the pipe's page pieces as skb fragments, which cost more on both ends of
+ * the loopback leg than the copy (bench/rpc, docs/performance.md). The 101
+ * head and the pipelined bytes are put into the pipe and the buffer first,
+ * so they go out ahead of everything else with no special case. */
 
-#define PIPE_SIZE (256 * 1024)
+#define RELAY_PIPE (1024 * 1024) /* F_SETPIPE_SZ; the default 64 KiB means 16x the splices */
 
-static void splice_client_read(evutil_socket_t fd, short what, void *arg);
-static void splice_guest_read(evutil_socket_t fd, short what, void *arg);
-static void splice_client_write(evutil_socket_t fd, short what, void *arg);
-static void splice_guest_write(evutil_socket_t fd, short what, void *arg);
+static void fd_client_read(evutil_socket_t fd, short what, void *arg);
+static void fd_guest_read(evutil_socket_t fd, short what, void *arg);
+static void fd_client_write(evutil_socket_t fd, short what, void *arg);
+static void fd_guest_write(evutil_socket_t fd, short what, void *arg);
 
-/* Move what can move; 1 when the input ended and everything went out,
- * -1 on an error, 0 when waiting for readiness. While the pipe holds
- * bytes the input is not read (backpressure). */
+static ssize_t take_in(struct sdir *s) {
+  if (s->pipe[1] >= 0) return splice(s->in, NULL, s->pipe[1], NULL, s->cap - s->held, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+  if (!s->buf) s->buf = buf_get();
+  return read(s->in, s->buf + s->off + s->held, s->cap - s->off - s->held);
+}
+
+static ssize_t give_out(struct sdir *s) {
+  if (s->pipe[0] >= 0) return splice(s->pipe[0], NULL, s->out, NULL, s->held, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+  ssize_t n = send(s->out, s->buf + s->off, s->held, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0) s->off = (size_t)n == s->held ? 0 : s->off + (size_t)n;
+  return n;
+}
+
+/* Move what can move: read while there is room, write while bytes are
+ * held, until neither makes progress (the buffer or pipe is held and
+ * refilled in one loop, so input overlaps output). 1 when the input ended and
+ * everything went out, -1 on an error, 0 when waiting for readiness. */
 static int pump(struct sdir *s) {
   for (;;) {
-    if (s->inpipe > 0) {
-      ssize_t n = splice(s->pipe[0], NULL, s->out, NULL, s->inpipe, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+    bool moved = false;
+    if (s->buf && s->off > 0 && s->off + s->held == s->cap) { /* room only at the front */
+      memmove(s->buf, s->buf + s->off, s->held);
+      s->off = 0;
+    }
+    if (!s->in_eof && s->off + s->held < s->cap) {
+      ssize_t n = take_in(s);
       if (n > 0) {
-        s->inpipe -= (size_t)n;
-        continue;
+        s->held += (size_t)n;
+        moved = true;
+      } else if (n == 0) {
+        s->in_eof = true;
+      } else if (errno != EAGAIN && errno != EINTR) {
+        return -1;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) {
+    }
+    if (s->held > 0) {
+      ssize_t n = give_out(s);
+      if (n > 0) {
+        s->held -= (size_t)n;
+        moved = true;
+      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        return -1;
+      }
+    }
+    if (moved) continue;
+    if (s->held == 0 && s->buf) { /* idle: give the buffer back */
+      buf_put(s->buf);
+      s->buf = NULL;
+      s->off = 0;
+    }
+    /* Here the output, if bytes are held, said EAGAIN: wait for it alone,
+     * as every pump tries the input again anyway. Waiting for input too
+     * would spin when a pipe is full by its slot count before its byte
+     * size (EAGAIN with room left) while the input stays readable. With
+     * nothing held, wait for input (not at EOF: that fd stays readable).
+     * libevent skips the epoll_ctl when an event is already as wanted. */
+    if (s->held > 0) {
+      event_del(s->rev);
+      event_add(s->wev, NULL);
+    } else {
+      event_del(s->wev);
+      if (s->in_eof) {
         event_del(s->rev);
-        event_add(s->wev, NULL);
-        return 0;
+      } else {
+        event_add(s->rev, NULL);
       }
-      return -1;
     }
-    event_del(s->wev);
-    if (s->in_eof) return 1;
-    ssize_t n = splice(s->in, NULL, s->pipe[1], NULL, PIPE_SIZE, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-    if (n > 0) {
-      s->inpipe += (size_t)n;
-      continue;
-    }
-    if (n == 0) {
-      s->in_eof = true;
-      event_del(s->rev); /* an fd at EOF stays readable */
-      return 1;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN) {
-      event_add(s->rev, NULL);
-      return 0;
-    }
-    return -1;
+    return s->in_eof && s->held == 0 ? 1 : 0;
   }
 }
 
-static void splice_c2g(struct relay *r) {
+static void fd_c2g(struct relay *r) {
   if (r->draining) {
     /* After the guest ended, client bytes are discarded (§4.21 step 6). */
     char buf[16384];
@@ -272,7 +344,7 @@ static void splice_c2g(struct relay *r) {
   if (rc != 0) relay_free(r);
 }
 
-static void splice_g2c(struct relay *r) {
+static void fd_g2c(struct relay *r) {
   int rc = pump(&r->g2c);
   if (rc < 0) {
     relay_free(r);
@@ -288,74 +360,76 @@ static void splice_g2c(struct relay *r) {
   }
 }
 
-static void splice_client_read(evutil_socket_t fd, short what, void *arg) { splice_c2g(arg); }
-static void splice_guest_write(evutil_socket_t fd, short what, void *arg) { splice_c2g(arg); }
-static void splice_guest_read(evutil_socket_t fd, short what, void *arg) { splice_g2c(arg); }
-static void splice_client_write(evutil_socket_t fd, short what, void *arg) { splice_g2c(arg); }
-
-static int pipe_big(int p[2]) {
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) return -1;
-  fcntl(p[1], F_SETPIPE_SZ, PIPE_SIZE); /* a smaller pipe only means more splices */
-  return 0;
-}
-
-static int write_to_pipe(struct sdir *s, const void *p, size_t n) {
-  while (n) {
-    ssize_t w = write(s->pipe[1], p, n);
-    if (w <= 0) return -1;
-    s->inpipe += (size_t)w;
-    p = (const char *)p + w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
+static void fd_client_read(evutil_socket_t fd, short what, void *arg) { fd_c2g(arg); }
+static void fd_guest_write(evutil_socket_t fd, short what, void *arg) { fd_c2g(arg); }
+static void fd_guest_read(evutil_socket_t fd, short what, void *arg) { fd_g2c(arg); }
+static void fd_client_write(evutil_socket_t fd, short what, void *arg) { fd_g2c(arg); }
 
 /* Take the connection over with splice; false (nothing done) when this
  * relay cannot be spliced, so the caller uses bufferevents. */
 static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int gfd) {
   if (getenv("SANDBOXD_NO_SPLICE")) return false;
-  int cp[2], gp[2];
-  if (pipe_big(cp) < 0) return false;
-  if (pipe_big(gp) < 0) {
-    close(cp[0]);
-    close(cp[1]);
-    return false;
-  }
+  int cp[2];
+  if (pipe2(cp, O_CLOEXEC | O_NONBLOCK) < 0) return false;
+  fcntl(cp[1], F_SETPIPE_SZ, RELAY_PIPE); /* a smaller pipe only means more splices */
   /* The pipelined bytes must fit in the client->guest pipe. */
   int cap = fcntl(cp[1], F_GETPIPE_SZ);
   if (cap < 0 || http_pending_len(req) > (size_t)cap) {
-    close(cp[0]), close(cp[1]), close(gp[0]), close(gp[1]);
+    close(cp[0]), close(cp[1]);
     return false;
   }
+  /* http_detach dups the client fd and closes the connection if that
+   * fails, with no answer. Out of descriptors, fall back to bufferevents
+   * (which need none) instead: the dup gets the one held here. */
+  int spare = fcntl(gfd, F_DUPFD_CLOEXEC, 0);
+  if (spare < 0) {
+    close(cp[0]), close(cp[1]);
+    return false;
+  }
+  close(spare);
   struct evbuffer *pipelined = evbuffer_new();
   bool eof = false;
   int cfd = http_detach(req, pipelined, &eof);
   if (cfd < 0) {
     evbuffer_free(pipelined);
-    close(cp[0]), close(cp[1]), close(gp[0]), close(gp[1]);
+    close(cp[0]), close(cp[1]);
     close(gfd);
     return true; /* the client is gone: nothing more to do */
   }
   evutil_make_socket_nonblocking(cfd);
   evutil_make_socket_nonblocking(gfd);
+  int sb = RELAY_GUEST_SNDBUF; /* FORCE passes net.core.wmem_max (root); else capped there */
+  if (setsockopt(gfd, SOL_SOCKET, SO_SNDBUFFORCE, &sb, sizeof sb) < 0)
+    setsockopt(gfd, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
   struct relay *r = sbx_calloc(1, sizeof *r);
   r->d = d;
   r->spliced = true;
   snprintf(r->id, sizeof r->id, "%s", l->id);
-  r->c2g = (struct sdir){.in = cfd, .out = gfd, .pipe = {cp[0], cp[1]}};
-  r->g2c = (struct sdir){.in = gfd, .out = cfd, .pipe = {gp[0], gp[1]}};
-  r->c2g.rev = event_new(d->base, cfd, EV_READ | EV_PERSIST, splice_client_read, r);
-  r->c2g.wev = event_new(d->base, gfd, EV_WRITE | EV_PERSIST, splice_guest_write, r);
-  r->g2c.rev = event_new(d->base, gfd, EV_READ | EV_PERSIST, splice_guest_read, r);
-  r->g2c.wev = event_new(d->base, cfd, EV_WRITE | EV_PERSIST, splice_client_write, r);
+  r->c2g = (struct sdir){.in = cfd, .out = gfd, .pipe = {cp[0], cp[1]}, .cap = (size_t)cap};
+  r->g2c = (struct sdir){.in = gfd, .out = cfd, .pipe = {-1, -1}, .cap = RELAY_BUF};
+  r->c2g.rev = event_new(d->base, cfd, EV_READ | EV_PERSIST, fd_client_read, r);
+  r->c2g.wev = event_new(d->base, gfd, EV_WRITE | EV_PERSIST, fd_guest_write, r);
+  r->g2c.rev = event_new(d->base, gfd, EV_READ | EV_PERSIST, fd_guest_read, r);
+  r->g2c.wev = event_new(d->base, cfd, EV_WRITE | EV_PERSIST, fd_client_write, r);
   r->timer = evtimer_new(d->base, drain_timeout, r);
   r->next = d->relays;
   if (d->relays) d->relays->prev = r;
   d->relays = r;
   l->holds++;
+  r->g2c.buf = buf_get();
+  memcpy(r->g2c.buf, AGENT_101, sizeof AGENT_101 - 1);
+  r->g2c.held = sizeof AGENT_101 - 1;
   size_t n = evbuffer_get_length(pipelined);
-  int rc = write_to_pipe(&r->g2c, AGENT_101, sizeof AGENT_101 - 1);
-  if (rc == 0 && n) rc = write_to_pipe(&r->c2g, evbuffer_pullup(pipelined, (ssize_t)n), n);
+  int rc = 0;
+  for (size_t off = 0; rc == 0 && off < n;) {
+    ssize_t w = write(cp[1], evbuffer_pullup(pipelined, (ssize_t)n) + off, n - off);
+    if (w > 0) {
+      off += (size_t)w;
+      r->c2g.held += (size_t)w;
+    } else {
+      rc = -1;
+    }
+  }
   evbuffer_free(pipelined);
   if (rc < 0) {
     relay_free(r);
@@ -363,9 +437,9 @@ static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int
   }
   /* Client EOF: its bytes still go first, then the relay ends. */
   r->c2g.in_eof = eof;
-  splice_g2c(r);
-  /* splice_g2c cannot free r before the guest said anything. */
-  splice_c2g(r);
+  fd_g2c(r);
+  /* fd_g2c cannot free r before the guest said anything. */
+  fd_c2g(r);
   return true;
 }
 

@@ -7,7 +7,10 @@
  *
  * Daemons run the real jail driver and the real build/bin/silkd (root);
  * "@CGROUP@" in a config becomes a cgroup parent of the daemon's own, and
- * sbxd_jail_cleanup() destroys what it left running. */
+ * sbxd_jail_cleanup() destroys what it left running.
+ *
+ * Included after <cmocka.h>, it also gives the claim / exec / agent-upgrade
+ * steps the sandbox tests share, asserting as they go. */
 #ifndef SBXD_TEST_H
 #define SBXD_TEST_H
 
@@ -33,6 +36,8 @@
 #include <dirent.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #ifndef SBX_BUILD_BIN_DIR
 #define SBX_BUILD_BIN_DIR "build/bin"
@@ -364,5 +369,92 @@ static inline int sbxd_status(int port, const char *method, const char *path, co
   http_resp_free(&r);
   return s;
 }
+
+#ifdef CMOCKA_H_
+/* A claimed sandbox. */
+struct sbxd_claim {
+  char id[32], token[64];
+};
+
+/* Claim a "host" sandbox (api_token may be NULL), asserting a 200; on any
+ * other answer it and the daemon's log are printed first. */
+static inline void sbxd_claim(struct sbxd_proc *p, const char *api_token, struct sbxd_claim *c) {
+  struct http_resp r;
+  assert_int_equal(sbxd_http(p->port, "POST", "/v1/claim", api_token, "{\"template\":\"host\"}", &r), 0);
+  if (r.status != 200) {
+    fprintf(stderr, "claim: %d %s\n", r.status, r.body);
+    sbxd_drain_log(p);
+    sbxd_dump_log(p);
+  }
+  assert_int_equal(r.status, 200);
+  json_error_t je;
+  json_t *v = json_loads(r.body, 0, &je);
+  snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(v, "id")));
+  snprintf(c->token, sizeof c->token, "%s", json_string_value(json_object_get(v, "token")));
+  json_decref(v);
+  http_resp_free(&r);
+}
+
+/* POST body to the sandbox's buffered exec; the answer parsed (NULL when it
+ * is not JSON, which is printed, as is a 5xx) and its status in *status. */
+static inline json_t *sbxd_exec(const struct sbxd_proc *p, const struct sbxd_claim *c, const char *body, int *status) {
+  char path[128];
+  snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", c->id);
+  struct http_resp r;
+  assert_int_equal(sbxd_http(p->port, "POST", path, c->token, body, &r), 0);
+  *status = r.status;
+  if (r.status >= 500) fprintf(stderr, "exec %s: %d %s\n", body, r.status, r.body);
+  json_error_t je;
+  json_t *v = json_loads(r.body, 0, &je);
+  if (!v) fprintf(stderr, "exec answer is not JSON: %s\n", r.body);
+  http_resp_free(&r);
+  return v;
+}
+
+/* The 101 head of an agent relay, exactly (spec §4.21 step 5). */
+#define SBXD_AGENT_101 "HTTP/1.1 101 Switching Protocols\r\nUpgrade: silkd\r\nConnection: Upgrade\r\n\r\n"
+#define SBXD_AGENT_101_LEN 73
+
+/* The head of an agent upgrade request for c with `Upgrade: upgrade`, and
+ * pipelined bytes right behind it (may be ""); returns its length. */
+static inline int sbxd_agent_request(char *req, size_t cap, const struct sbxd_claim *c, const char *upgrade,
+                                     const char *pipelined) {
+  int n = snprintf(req, cap,
+                   "GET /v1/sandboxes/%s/agent HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\n"
+                   "Authorization: Bearer %s\r\n\r\n%s",
+                   c->id, upgrade, c->token, pipelined);
+  assert_true(n > 0 && (size_t)n < cap);
+  return n;
+}
+
+/* Read an upgraded agent connection until the 101 head and one whole line
+ * after it, asserting the head; returns the bytes read (buf NUL-terminated,
+ * the line at buf + SBXD_AGENT_101_LEN). */
+static inline size_t sbxd_read_101_and_line(int fd, char *buf, size_t cap) {
+  size_t got = 0;
+  while (got <= SBXD_AGENT_101_LEN || !memchr(buf + SBXD_AGENT_101_LEN, '\n', got - SBXD_AGENT_101_LEN)) {
+    assert_true(got + 1 < cap);
+    ssize_t r = read(fd, buf + got, cap - 1 - got);
+    assert_true(r > 0);
+    got += (size_t)r;
+  }
+  buf[got] = '\0';
+  assert_memory_equal(buf, SBXD_AGENT_101, SBXD_AGENT_101_LEN);
+  return got;
+}
+
+/* An agent relay for c whose first frame (pipelined behind the head) has
+ * been answered: returns the fd, the answer line in buf as above. */
+static inline int sbxd_agent_open(const struct sbxd_proc *p, const struct sbxd_claim *c, const char *upgrade,
+                                  const char *first_frame, char *buf, size_t cap) {
+  int fd = sbxd_connect(p->port);
+  assert_true(fd >= 0);
+  char req[1024];
+  int n = sbxd_agent_request(req, sizeof req, c, upgrade, first_frame);
+  assert_int_equal(write_all_fd(fd, req, (size_t)n), 0);
+  sbxd_read_101_and_line(fd, buf, cap);
+  return fd;
+}
+#endif /* CMOCKA_H_ */
 
 #endif

@@ -49,37 +49,12 @@ static int teardown(void **state) {
   return rc == 0 ? 0 : -1;
 }
 
-struct claim {
-  char id[32], token[64];
-};
+static void claim(struct sbxd_claim *c) { sbxd_claim(&P, NULL, c); }
 
-static void claim(struct claim *c) {
-  struct http_resp r;
-  assert_int_equal(sbxd_http(P.port, "POST", "/v1/claim", NULL, "{\"template\":\"host\"}", &r), 0);
-  assert_int_equal(r.status, 200);
-  json_error_t je;
-  json_t *v = json_loads(r.body, 0, &je);
-  snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(v, "id")));
-  snprintf(c->token, sizeof c->token, "%s", json_string_value(json_object_get(v, "token")));
-  json_decref(v);
-  http_resp_free(&r);
-}
-
-static json_t *exec(const struct claim *c, const char *body, int *status) {
-  char path[128];
-  snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", c->id);
-  struct http_resp r;
-  assert_int_equal(sbxd_http(P.port, "POST", path, c->token, body, &r), 0);
-  *status = r.status;
-  json_error_t je;
-  json_t *v = json_loads(r.body, 0, &je);
-  if (!v) fprintf(stderr, "exec answer is not JSON: %s\n", r.body);
-  http_resp_free(&r);
-  return v;
-}
+static json_t *exec(const struct sbxd_claim *c, const char *body, int *status) { return sbxd_exec(&P, c, body, status); }
 
 /* stdout of sh -c script in the sandbox (asserting a 200); malloc'd. */
-static char *sh_out(const struct claim *c, const char *script) {
+static char *sh_out(const struct sbxd_claim *c, const char *script) {
   json_t *body = json_pack("{s:[s,s,s]}", "argv", "sh", "-c", script);
   char *b = json_dumps(body, JSON_COMPACT);
   json_decref(body);
@@ -95,7 +70,7 @@ static char *sh_out(const struct claim *c, const char *script) {
 
 /* Whether the process whose pid the sandbox's pidfile holds is running
  * (a zombie counts as gone). An empty or missing file: -1. */
-static int pid_alive(const struct claim *c, const char *pidfile) {
+static int pid_alive(const struct sbxd_claim *c, const char *pidfile) {
   char script[512];
   snprintf(script, sizeof script,
            "p=$(cat %s 2>/dev/null); [ -n \"$p\" ] || { echo none; exit 0; }; "
@@ -109,7 +84,7 @@ static int pid_alive(const struct claim *c, const char *pidfile) {
 }
 
 /* Until the pidfile's process is gone (a hang guard of about 10 s). */
-static bool wait_dead(const struct claim *c, const char *pidfile) {
+static bool wait_dead(const struct sbxd_claim *c, const char *pidfile) {
   for (int i = 0; i < 1000; i++) {
     if (pid_alive(c, pidfile) == 0) return true;
     usleep(10000);
@@ -118,7 +93,7 @@ static bool wait_dead(const struct claim *c, const char *pidfile) {
 }
 
 static void test_exec(void **state) {
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   int st;
   json_t *v = exec(&c,
@@ -143,7 +118,7 @@ static void test_exec(void **state) {
 }
 
 static void test_exec_timeout_kills(void **state) {
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   int st;
   json_t *v = exec(&c, "{\"argv\":[\"sh\",\"-c\",\"echo $$ > /tmp/sleep.pid; exec sleep 4242\"],\"timeout_seconds\":1}",
@@ -156,7 +131,7 @@ static void test_exec_timeout_kills(void **state) {
 }
 
 static void test_exec_cap_kills(void **state) {
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   int st;
   json_t *v = exec(&c, "{\"argv\":[\"sh\",\"-c\",\"echo $$ > /tmp/flood.pid; exec yes xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"]}",
@@ -168,7 +143,7 @@ static void test_exec_cap_kills(void **state) {
 }
 
 static void test_exec_client_gone_kills(void **state) {
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   int fd = sbxd_connect(P.port);
   char req[512];
@@ -189,34 +164,19 @@ static void test_exec_client_gone_kills(void **state) {
   assert_true(wait_dead(&c, "/tmp/gone.pid"));
 }
 
-static const char AGENT_101[] = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: silkd\r\nConnection: Upgrade\r\n\r\n";
-
 static void test_agent_relay(void **state) {
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
-  assert_int_equal(sizeof AGENT_101 - 1, 73);
-  int fd = sbxd_connect(P.port);
-  char req[1024];
-  /* The first frame is pipelined right behind the request head. */
-  int n = snprintf(req, sizeof req,
-                   "GET /v1/sandboxes/%s/agent HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SILKD\r\n"
-                   "Authorization: Bearer %s\r\n\r\n{\"v\":1,\"op\":\"info\"}\n",
-                   c.id, c.token);
-  write_all_fd(fd, req, (size_t)n);
+  assert_int_equal(sizeof SBXD_AGENT_101 - 1, SBXD_AGENT_101_LEN);
+  /* The first frame is pipelined right behind the request head; the
+   * Upgrade token is matched without regard to case. */
   char buf[4096];
-  size_t got = 0;
-  while (got < sizeof AGENT_101 - 1 || !memchr(buf + sizeof AGENT_101 - 1, '\n', got - (sizeof AGENT_101 - 1))) {
-    ssize_t r = read(fd, buf + got, sizeof buf - 1 - got);
-    assert_true(r > 0);
-    got += (size_t)r;
-    buf[got] = '\0';
-    if (got >= sizeof AGENT_101 - 1) assert_memory_equal(buf, AGENT_101, sizeof AGENT_101 - 1);
-  }
+  int fd = sbxd_agent_open(&P, &c, "SILKD", "{\"v\":1,\"op\":\"info\"}\n", buf, sizeof buf);
   assert_non_null(strstr(buf + 73, "\"type\":\"info\""));
   /* A second request on the same relay. */
   const char second[] = "{\"v\":1,\"op\":\"exec\",\"argv\":[\"echo\",\"a\",\"b\"]}\n";
   write_all_fd(fd, second, sizeof second - 1);
-  got = 0;
+  size_t got = 0;
   while (!strstr(buf, "\"exit\"")) {
     ssize_t r = read(fd, buf + got, sizeof buf - 1 - got);
     assert_true(r > 0);
@@ -236,15 +196,12 @@ static void test_agent_relay(void **state) {
 }
 
 static void test_agent_guest_eof_half_closes(void **state) {
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   int fd = sbxd_connect(P.port);
   char req[1024];
   /* An unparseable first line makes silkd close its side. */
-  int n = snprintf(req, sizeof req,
-                   "GET /v1/sandboxes/%s/agent HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: silkd\r\n"
-                   "Authorization: Bearer %s\r\n\r\nnot json\n",
-                   c.id, c.token);
+  int n = sbxd_agent_request(req, sizeof req, &c, "silkd", "not json\n");
   write_all_fd(fd, req, (size_t)n);
   char buf[1024];
   size_t got = 0;
@@ -254,7 +211,7 @@ static void test_agent_guest_eof_half_closes(void **state) {
    * one whole error frame): the server half-closed toward us... */
   assert_int_equal(r, 0);
   assert_true(got >= 73);
-  assert_memory_equal(buf, AGENT_101, 73);
+  assert_memory_equal(buf, SBXD_AGENT_101, 73);
   if (got > 73) {
     assert_true(got < sizeof buf);
     buf[got] = '\0';
@@ -269,7 +226,7 @@ static void test_agent_guest_eof_half_closes(void **state) {
 }
 
 static void test_port_relay(void **state) {
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   char path[128];
   snprintf(path, sizeof path, "/v1/sandboxes/%s/ports/9", c.id);
@@ -326,14 +283,13 @@ static void test_port_relay(void **state) {
  * decoded stdout must be exactly that text. */
 static void test_agent_relay_bulk(void **state) {
   enum { LAST = 1300000 };
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   int fd = sbxd_connect(P.port);
   char req[1024];
-  int n = snprintf(req, sizeof req,
-                   "GET /v1/sandboxes/%s/agent HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: silkd\r\n"
-                   "Authorization: Bearer %s\r\n\r\n{\"v\":1,\"op\":\"exec\",\"argv\":[\"seq\",\"1\",\"%d\"]}\n",
-                   c.id, c.token, LAST);
+  char first[128];
+  snprintf(first, sizeof first, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"seq\",\"1\",\"%d\"]}\n", LAST);
+  int n = sbxd_agent_request(req, sizeof req, &c, "silkd", first);
   write_all_fd(fd, req, (size_t)n);
   size_t cap = 32 << 20, got = 0;
   char *buf = malloc(cap);
@@ -354,7 +310,7 @@ static void test_agent_relay_bulk(void **state) {
       scanned = (size_t)(e - buf) + 1;
     }
   }
-  assert_memory_equal(buf, AGENT_101, 73);
+  assert_memory_equal(buf, SBXD_AGENT_101, 73);
   buf[got] = '\0';
   /* The expected text. */
   size_t want_len = 0, want_cap = 16 << 20;
@@ -413,14 +369,11 @@ static void test_many_relays(void **state) {
   if (rl.rlim_max < 2 * N + 256) rl.rlim_max = 2 * N + 256;
   rl.rlim_cur = rl.rlim_max;
   assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   static int fds[N];
   char req[1024];
-  int n = snprintf(req, sizeof req,
-                   "GET /v1/sandboxes/%s/agent HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: silkd\r\n"
-                   "Authorization: Bearer %s\r\n\r\n",
-                   c.id, c.token);
+  int n = sbxd_agent_request(req, sizeof req, &c, "silkd", "");
   for (int i = 0; i < N; i++) {
     fds[i] = sbxd_connect(P.port);
     assert_true(fds[i] >= 0);
@@ -430,13 +383,7 @@ static void test_many_relays(void **state) {
   for (int i = 0; i < N; i++) {
     write_all_fd(fds[i], "{\"v\":1,\"op\":\"info\"}\n", 20);
     char buf[512];
-    size_t got = 0;
-    while (got < 74 || !memchr(buf + 73, '\n', got - 73)) {
-      ssize_t r = read(fds[i], buf + got, sizeof buf - 1 - got);
-      assert_true(r > 0);
-      got += (size_t)r;
-    }
-    buf[got] = '\0';
+    sbxd_read_101_and_line(fds[i], buf, sizeof buf);
     assert_non_null(strstr(buf + 73, "\"info\""));
   }
   for (int i = 0; i < N; i++) close(fds[i]);
@@ -447,7 +394,7 @@ static void test_many_relays(void **state) {
  * in the backlog), the daemon survives, and it serves again once
  * descriptors are free. */
 static void test_fd_exhaustion(void **state) {
-  struct claim c;
+  struct sbxd_claim c;
   claim(&c);
   struct rlimit before, low;
   assert_int_equal(prlimit(P.pid, RLIMIT_NOFILE, NULL, &before), 0);
@@ -457,10 +404,7 @@ static void test_fd_exhaustion(void **state) {
   static int fds[MAX];
   int open_relays = 0, refused = 0, stuck = -1;
   char req[1024];
-  int n = snprintf(req, sizeof req,
-                   "GET /v1/sandboxes/%s/agent HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: silkd\r\n"
-                   "Authorization: Bearer %s\r\n\r\n",
-                   c.id, c.token);
+  int n = sbxd_agent_request(req, sizeof req, &c, "silkd", "");
   for (int i = 0; i < MAX && stuck < 0; i++) {
     int fd = sbxd_connect(P.port);
     assert_true(fd >= 0);
