@@ -9,8 +9,13 @@
  *   clone   the same with a pool of warm 0 (every claim clones the golden)
  *   burst   16 concurrent warm claims: p50 and wall time
  *   refill  time for a drained pool of 16 to be full again
- *   churn   claim+release per second, sustained, over keep-alive
- * Usage: bench-claim [-n N] [--driver jail|fake]   (root for jail)
+ *   churn   claim+release per second, sustained, over keep-alive: one
+ *           client in a loop, then C clients at once (default 8), with the
+ *           CPU time each claim+release cycle cost (see cpu_snap)
+ * Usage: bench-claim [-n N] [--driver jail|qemu] [-c CLIENTS] [-t SECONDS] [--sync-claims]
+ *                    [--only warm,settled,clone,burst,refill,churn]  (root)
+ * --sync-claims turns on sync_claims (every journal change on disk before
+ * its answer). The CPU lines need the cgroup v1 cpuacct controller.
  * Prints one line per figure; exits 2 when the daemon cannot start. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,9 +38,79 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 static int port;
 static pid_t daemon_pid = -1;
 static char tmpdir[64];
+
+/* ---- CPU accounting ----
+ * Everything a cycle costs lands in one of three places: the daemon's own
+ * cpuacct cgroup (its event loop, its workers and the children they fork
+ * while building a jail), the jail cgroup parent (every sandbox's
+ * processes, charged to the parent even after a sandbox's own group is
+ * gone), and this process (the client side). */
+static char cg_daemon[128], cg_jails[128];
+static bool sync_claims; /* --sync-claims: the journal fsynced before each answer */
+
+static uint64_t read_u64_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  unsigned long long v = 0;
+  if (fscanf(f, "%llu", &v) != 1) v = 0;
+  fclose(f);
+  return v;
+}
+
+/* utime + stime of one task of the daemon, in ns. */
+static uint64_t task_cpu_ns(pid_t pid, pid_t tid) {
+  char path[96], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');
+  unsigned long long ut = 0, st = 0;
+  /* Fields after the comm: state is 3; utime and stime are 14 and 15. */
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return 0;
+  return (ut + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+}
+
+struct cpu_snap {
+  uint64_t daemon, jails, loop, client; /* ns */
+};
+
+static struct cpu_snap cpu_snap(void) {
+  struct cpu_snap c = {0};
+  char path[192];
+  snprintf(path, sizeof path, "%s/cpuacct.usage", cg_daemon);
+  c.daemon = read_u64_file(path);
+  snprintf(path, sizeof path, "%s/cpuacct.usage", cg_jails);
+  c.jails = read_u64_file(path);
+  c.loop = task_cpu_ns(daemon_pid, daemon_pid);
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  c.client = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  return c;
+}
+
+/* One line: CPU per cycle by where it went, and the rate the machine's
+ * cores could sustain if nothing but cycles ran on them. */
+static void cpu_report(const char *what, struct cpu_snap a, struct cpu_snap b, int cycles) {
+  if (cycles <= 0) return;
+  double d = (double)(b.daemon - a.daemon) / cycles / 1e6, j = (double)(b.jails - a.jails) / cycles / 1e6;
+  double l = (double)(b.loop - a.loop) / cycles / 1e6, c = (double)(b.client - a.client) / cycles / 1e6;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (!cg_daemon[0]) {
+    printf("cpu    %s: no cpuacct cgroup here; CPU per cycle not measured\n", what);
+    return;
+  }
+  printf("cpu    %s  per cycle %.3f ms: sandboxd %.3f (event loop %.3f, workers+jail setup %.3f), sandboxes %.3f, "
+         "client %.3f  -> at most %.0f cycles/s on %ld cores\n",
+         what, d + j + c, d, l, d - l, j, c, cores * 1e3 / (d + j + c), cores);
+}
 
 static double now_ms(void) {
   struct timespec ts;
@@ -113,6 +188,7 @@ static int json_int_after(const char *json, const char *field) {
 }
 
 static double last_claim_ms; /* the HTTP claim alone, of the last claim_ready */
+static double last_relay_ms; /* dial, upgrade and the info round trip */
 
 /* Claim, then prove the sandbox answers: upgrade and an info round trip. */
 static int claim_ready(int ctl, char *id, char *tok) {
@@ -126,6 +202,7 @@ static int claim_ready(int ctl, char *id, char *tok) {
   }
   json_str(body, "id", id, 32);
   json_str(body, "token", tok, 64);
+  double t1 = now_ms();
   int fd = dial();
   char req[512];
   int n = snprintf(req, sizeof req,
@@ -147,6 +224,7 @@ static int claim_ready(int ctl, char *id, char *tok) {
     buf[got] = '\0';
     if (got > 73 && strstr(buf + 73, "\n")) break;
   }
+  last_relay_ms = now_ms() - t1;
   close(fd);
   return strstr(buf + 73, "\"type\":\"info\"") ? 0 : -1;
 }
@@ -204,56 +282,40 @@ static void *burst_one(void *p) {
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
 
-static int start_daemon(const char *driver) {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n < 0) return -1;
-  exe[n] = '\0';
-  *strrchr(exe, '/') = '\0';
-  if (!tmpdir[0]) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bench-claim-XXXXXX");
-    if (!mkdtemp(tmpdir)) return -1;
-  }
-  char cfg[128];
-  snprintf(cfg, sizeof cfg, "%s/config.json", tmpdir);
-  FILE *f = fopen(cfg, "w");
-  /* A cgroup parent of its own, away from other daemons' reconciles. */
-  fprintf(f, "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"%s/data\",\"driver\":\"%s\",\"max_claims\":0,"
-             "\"jail\":{\"cgroup_root\":\"bench-claim-%d\"},\"pools\":[{\"template\":\"host\",\"warm\":4}]}",
-          tmpdir, driver, (int)getpid());
-  fclose(f);
-  int pfd[2];
-  if (pipe(pfd) < 0) return -1;
-  daemon_pid = fork();
-  if (daemon_pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(pfd[1], 2);
-    close(pfd[0]);
-    setenv("SANDBOXD_ALLOW_FAKE_DRIVER", "1", 1);
-    setenv("SANDBOXD_LOG_LEVEL", "warn", 1);
-    char bin[PATH_MAX + 16];
-    snprintf(bin, sizeof bin, "%s/sandboxd", exe);
-    execl(bin, "sandboxd", "--config", cfg, (char *)NULL);
-    _exit(127);
-  }
-  close(pfd[1]);
-  char buf[4096];
-  size_t got = 0;
-  for (;;) {
-    ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
-    if (r <= 0) break;
-    got += (size_t)r;
-    buf[got] = '\0';
-    char *m = strstr(buf, "ready port=");
-    if (m) {
-      port = atoi(m + 11);
-      /* Keep the pipe drained from here on without blocking anyone. */
-      fcntl(pfd[0], F_SETFL, O_NONBLOCK);
-      return pfd[0];
+/* In the daemon's child before exec: its own cpuacct cgroup, and the fake
+ * driver allowed. */
+static void daemon_child_setup(void *ud) {
+  if (cg_daemon[0]) {
+    char procs[192];
+    snprintf(procs, sizeof procs, "%s/cgroup.procs", cg_daemon);
+    FILE *cf = fopen(procs, "w");
+    if (cf) {
+      fprintf(cf, "%d\n", (int)getpid());
+      fclose(cf);
     }
   }
-  fprintf(stderr, "sandboxd did not start:\n%s\n", buf);
-  return -1;
+  setenv("SANDBOXD_ALLOW_FAKE_DRIVER", "1", 1);
+}
+
+static bench_daemon daemon_proc;
+
+static int start_daemon(const char *driver) {
+  char cfg[512];
+  /* A cgroup parent of its own, away from other daemons' reconciles. */
+  snprintf(cfg, sizeof cfg,
+           "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DIR@/data\",\"driver\":\"%s\",\"max_claims\":0,"
+           "\"sync_claims\":%s,\"jail\":{\"cgroup_root\":\"bench-claim-%d\"},"
+           "\"pools\":[{\"template\":\"host\",\"warm\":4}]}",
+           driver, sync_claims ? "true" : "false", (int)getpid());
+  snprintf(cg_jails, sizeof cg_jails, "/sys/fs/cgroup/cpuacct/bench-claim-%d", (int)getpid());
+  snprintf(cg_daemon, sizeof cg_daemon, "/sys/fs/cgroup/cpuacct/bench-claim-%d-daemon", (int)getpid());
+  if (mkdir(cg_daemon, 0755) < 0 && errno != EEXIST) cg_daemon[0] = cg_jails[0] = '\0';
+  int rc = bench_daemon_start(&daemon_proc, "bench-claim", cfg, daemon_child_setup, NULL);
+  daemon_pid = daemon_proc.pid;
+  snprintf(tmpdir, sizeof tmpdir, "%s", daemon_proc.dir);
+  if (rc < 0) return -1;
+  port = daemon_proc.port;
+  return daemon_proc.log_fd;
 }
 
 /* Tear down: a restart that owns nothing destroys every sandbox left. */
@@ -264,119 +326,205 @@ static void stop_daemon(void) {
   }
 }
 
+struct churn_arg {
+  double until;
+  int ops;
+};
+
+static void *churn_one(void *p) {
+  struct churn_arg *a = p;
+  int fd = dial();
+  while (fd >= 0 && now_ms() < a->until) {
+    char body[1024], id[32], tok[64];
+    int st = http(fd, "POST", "/v1/claim", NULL, "{\"template\":\"host\"}", body, sizeof body);
+    if (st < 0) break;
+    if (st != 200) continue;
+    json_str(body, "id", id, sizeof id);
+    json_str(body, "token", tok, sizeof tok);
+    release(fd, id, tok);
+    a->ops++;
+  }
+  if (fd >= 0) close(fd);
+  return NULL;
+}
+
+/* k clients, each claim then release in a loop on its own connection. */
+static int churn(int k, double secs) {
+  pthread_t th[64];
+  struct churn_arg ca[64];
+  if (k > 64) k = 64;
+  double until = now_ms() + secs * 1000;
+  for (int i = 0; i < k; i++) {
+    ca[i] = (struct churn_arg){.until = until};
+    pthread_create(&th[i], NULL, churn_one, &ca[i]);
+  }
+  int ops = 0;
+  for (int i = 0; i < k; i++) {
+    pthread_join(th[i], NULL);
+    ops += ca[i].ops;
+  }
+  return ops;
+}
+
+static const char *only; /* comma list of phases, NULL = all */
+
+static bool want(const char *phase) {
+  if (!only) return true;
+  size_t n = strlen(phase);
+  for (const char *p = only; (p = strstr(p, phase)); p += n)
+    if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return true;
+  return false;
+}
+
 int main(int argc, char **argv) {
-  int n = 200;
+  int n = 200, clients = 8;
+  double churn_s = 2;
   const char *driver = "jail";
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n = atoi(argv[++i]);
     else if (strcmp(argv[i], "--driver") == 0 && i + 1 < argc) driver = argv[++i];
+    else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) clients = atoi(argv[++i]);
+    else if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) churn_s = atof(argv[++i]);
+    else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    else if (strcmp(argv[i], "--sync-claims") == 0) sync_claims = true;
     else {
-      fprintf(stderr, "usage: bench-claim [-n N] [--driver jail|fake]\n");
+      fprintf(stderr, "usage: bench-claim [-n N] [--driver jail|qemu] [-c CLIENTS] [-t SECONDS] [--sync-claims]\n"
+                      "                   [--only warm,settled,clone,burst,refill,churn]\n");
       return 2;
     }
   }
   signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, NULL, _IOLBF, 0); /* each figure as soon as it is measured */
   int logfd = start_daemon(driver);
-  if (logfd < 0) return 2;
+  if (logfd < 0) {
+    if (daemon_pid > 0) waitpid(daemon_pid, NULL, 0);
+    if (cg_daemon[0]) rmdir(cg_daemon);
+    nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    return 2;
+  }
   int ctl = dial();
   wait_warm(ctl, 4);
 
-  /* warm tier */
   double *lat = calloc((size_t)n, sizeof *lat);
   int ok = 0;
-  for (int i = 0; i < n; i++) {
-    wait_warm(ctl, 1);
-    char id[32], tok[64];
-    double t0 = now_ms();
-    if (claim_ready(ctl, id, tok) == 0) {
-      lat[ok++] = now_ms() - t0;
-      release(ctl, id, tok);
+  /* warm tier */
+  if (want("warm")) {
+    for (int i = 0; i < n; i++) {
+      wait_warm(ctl, 1);
+      char id[32], tok[64];
+      double t0 = now_ms();
+      if (claim_ready(ctl, id, tok) == 0) {
+        lat[ok++] = now_ms() - t0;
+        release(ctl, id, tok);
+      }
     }
+    qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
+    printf("warm   claim->info  n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms\n", ok, pct(lat, ok, 50),
+           pct(lat, ok, 90), pct(lat, ok, 99));
   }
-  qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
-  printf("warm   claim->info  n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms\n", ok, pct(lat, ok, 50), pct(lat, ok, 90),
-         pct(lat, ok, 99));
 
   /* the same with refill settled before each claim: the claim path alone,
    * without a clone competing for the CPUs */
-  ok = 0;
-  double *cl = calloc((size_t)n, sizeof *cl);
-  for (int i = 0; i < n; i++) {
-    wait_warm(ctl, 4);
-    usleep(2000); /* let the last clone's probe connection wind down */
-    char id[32], tok[64];
-    double t0 = now_ms();
-    if (claim_ready(ctl, id, tok) == 0) {
-      cl[ok] = last_claim_ms;
-      lat[ok++] = now_ms() - t0;
-      release(ctl, id, tok);
+  if (want("settled")) {
+    ok = 0;
+    double *cl = calloc((size_t)n, sizeof *cl), *rl = calloc((size_t)n, sizeof *rl);
+    for (int i = 0; i < n; i++) {
+      wait_warm(ctl, 4);
+      usleep(2000); /* let the last clone's probe connection wind down */
+      char id[32], tok[64];
+      double t0 = now_ms();
+      if (claim_ready(ctl, id, tok) == 0) {
+        cl[ok] = last_claim_ms;
+        rl[ok] = last_relay_ms;
+        lat[ok++] = now_ms() - t0;
+        release(ctl, id, tok);
+      }
     }
+    qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
+    qsort(cl, (size_t)ok, sizeof *cl, cmp_d);
+    qsort(rl, (size_t)ok, sizeof *rl, cmp_d);
+    printf("warm   settled      n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  (HTTP claim alone p50 %.3f ms, "
+           "upgrade+info p50 %.3f ms)\n",
+           ok, pct(lat, ok, 50), pct(lat, ok, 90), pct(lat, ok, 99), pct(cl, ok, 50), pct(rl, ok, 50));
+    free(cl);
+    free(rl);
   }
-  qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
-  qsort(cl, (size_t)ok, sizeof *cl, cmp_d);
-  printf("warm   settled      n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  (HTTP claim alone p50 %.3f ms)\n", ok,
-         pct(lat, ok, 50), pct(lat, ok, 90), pct(lat, ok, 99), pct(cl, ok, 50));
-  free(cl);
 
   /* clone tier: no warm instances, every claim clones the golden */
-  set_pool(ctl, 0);
-  while (warm_now(ctl) > 0) usleep(1000);
-  int nc = n < 50 ? n : 50;
-  ok = 0;
-  for (int i = 0; i < nc; i++) {
-    char id[32], tok[64];
-    double t0 = now_ms();
-    if (claim_ready(ctl, id, tok) == 0) {
-      lat[ok++] = now_ms() - t0;
-      release(ctl, id, tok);
+  if (want("clone")) {
+    set_pool(ctl, 0);
+    while (warm_now(ctl) > 0) usleep(1000);
+    usleep(100 * 1000); /* the drained pool's destroys */
+    int nc = n < 50 ? n : 50;
+    ok = 0;
+    struct cpu_snap c0 = cpu_snap();
+    for (int i = 0; i < nc; i++) {
+      char id[32], tok[64];
+      double t0 = now_ms();
+      if (claim_ready(ctl, id, tok) == 0) {
+        lat[ok++] = now_ms() - t0;
+        release(ctl, id, tok);
+      }
     }
+    usleep(100 * 1000); /* the last release's destroy */
+    struct cpu_snap c1 = cpu_snap();
+    qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
+    printf("clone  claim->info  n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms\n", ok, pct(lat, ok, 50),
+           pct(lat, ok, 90), pct(lat, ok, 99));
+    cpu_report("clone+info+release+destroy", c0, c1, ok);
   }
-  qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
-  printf("clone  claim->info  n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms\n", ok, pct(lat, ok, 50),
-         pct(lat, ok, 90), pct(lat, ok, 99));
 
   /* burst of 16 from a full pool of 16 */
   set_pool(ctl, 16);
-  wait_warm(ctl, 16);
-  pthread_t th[16];
-  struct burst_arg ba[16];
-  pthread_barrier_t bar;
-  pthread_barrier_init(&bar, NULL, 17);
-  for (int i = 0; i < 16; i++) {
-    ba[i] = (struct burst_arg){.bar = &bar};
-    pthread_create(&th[i], NULL, burst_one, &ba[i]);
+  if (want("burst")) {
+    wait_warm(ctl, 16);
+    pthread_t th[16];
+    struct burst_arg ba[16];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 17);
+    for (int i = 0; i < 16; i++) {
+      ba[i] = (struct burst_arg){.bar = &bar};
+      pthread_create(&th[i], NULL, burst_one, &ba[i]);
+    }
+    pthread_barrier_wait(&bar);
+    double w0 = now_ms();
+    for (int i = 0; i < 16; i++) pthread_join(th[i], NULL);
+    double wall = now_ms() - w0;
+    ok = 0;
+    for (int i = 0; i < 16; i++)
+      if (ba[i].ok) lat[ok++] = ba[i].ms;
+    qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
+    printf("burst  16 concurrent  ok=%d  p50 %.3f ms  max %.3f ms  wall %.3f ms\n", ok, pct(lat, ok, 50),
+           ok ? lat[ok - 1] : 0, wall);
   }
-  pthread_barrier_wait(&bar);
-  double w0 = now_ms();
-  for (int i = 0; i < 16; i++) pthread_join(th[i], NULL);
-  double wall = now_ms() - w0;
-  ok = 0;
-  for (int i = 0; i < 16; i++)
-    if (ba[i].ok) lat[ok++] = ba[i].ms;
-  qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
-  printf("burst  16 concurrent  ok=%d  p50 %.3f ms  max %.3f ms  wall %.3f ms\n", ok, pct(lat, ok, 50),
-         ok ? lat[ok - 1] : 0, wall);
 
   /* refill recovery: drain destroys the 16, uncordon refills them */
-  wait_warm(ctl, 16);
-  http(ctl, "POST", "/v1/drain", NULL, NULL, NULL, 0);
-  http(ctl, "DELETE", "/v1/drain", NULL, NULL, NULL, 0);
-  double r0 = now_ms();
-  wait_warm(ctl, 16);
-  printf("refill 16 from empty  %.1f ms\n", now_ms() - r0);
-
-  /* sustained claim+release over keep-alive, 2 s */
-  int ops = 0;
-  double s0 = now_ms();
-  while (now_ms() - s0 < 2000) {
-    char body[1024], id[32], tok[64];
-    if (http(ctl, "POST", "/v1/claim", NULL, "{\"template\":\"host\"}", body, sizeof body) != 200) continue;
-    json_str(body, "id", id, sizeof id);
-    json_str(body, "token", tok, sizeof tok);
-    release(ctl, id, tok);
-    ops++;
+  if (want("refill")) {
+    wait_warm(ctl, 16);
+    http(ctl, "POST", "/v1/drain", NULL, NULL, NULL, 0);
+    http(ctl, "DELETE", "/v1/drain", NULL, NULL, NULL, 0);
+    double r0 = now_ms();
+    wait_warm(ctl, 16);
+    printf("refill 16 from empty  %.1f ms\n", now_ms() - r0);
   }
-  printf("churn  claim+release  %.0f per second\n", ops / ((now_ms() - s0) / 1000));
+
+  /* sustained claim+release over keep-alive: one client, then several */
+  if (want("churn")) {
+    for (int round = 0; round < 2; round++) {
+      int k = round == 0 ? 1 : clients;
+      wait_warm(ctl, 16);
+      struct cpu_snap a = cpu_snap();
+      double s0 = now_ms();
+      int ops = churn(k, churn_s);
+      double secs = (now_ms() - s0) / 1000;
+      struct cpu_snap b = cpu_snap();
+      printf("churn  claim+release  %d client%s  %.0f per second  (%d cycles in %.1f s)\n", k, k == 1 ? "" : "s",
+             ops / secs, ops, secs);
+      char what[32];
+      snprintf(what, sizeof what, "churn %d", k);
+      cpu_report(what, a, b, ops);
+    }
+  }
   char metrics[16384];
   http(ctl, "GET", "/metrics", NULL, NULL, metrics, sizeof metrics);
   const char *m = strstr(metrics, "sandboxd_claims_total{tier=\"warm\"}");
@@ -394,6 +542,7 @@ int main(int argc, char **argv) {
   stop_daemon();
   if (logfd >= 0) close(logfd);
   nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  if (cg_daemon[0]) rmdir(cg_daemon);
   static const char *const ctls[] = {"cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "blkio", "devices",
                                     "systemd", "unified"};
   for (size_t i = 0; i < sizeof ctls / sizeof *ctls; i++) {

@@ -201,6 +201,16 @@ void h_metrics(struct sbxd *d, struct http_req *req) {
   sbx_buf_printf(&b, NULL, "sandboxd_releases_total %llu\n", (unsigned long long)d->m.releases);
   metric_head(&b, "sandboxd_reaps_total", "counter", "Lease expiries that destroyed a sandbox.");
   sbx_buf_printf(&b, NULL, "sandboxd_reaps_total %llu\n", (unsigned long long)d->m.reaps);
+  /* Beyond §4.26 (the prefix keeps them in sandboxd's namespace): the data
+   * plane's connections, which the claim counters do not show. */
+  metric_head(&b, "sandboxd_upgrades_total", "counter",
+              "Connections upgraded to a relay, by protocol (silkd = agent, tcp = ports).");
+  sbx_buf_printf(&b, NULL, "sandboxd_upgrades_total{protocol=\"silkd\"} %llu\n",
+                 (unsigned long long)http_server_upgrades(d->http, "silkd"));
+  sbx_buf_printf(&b, NULL, "sandboxd_upgrades_total{protocol=\"tcp\"} %llu\n",
+                 (unsigned long long)http_server_upgrades(d->http, "tcp"));
+  metric_head(&b, "sandboxd_relays", "gauge", "Relays open now.");
+  sbx_buf_printf(&b, NULL, "sandboxd_relays %zu\n", relays_count(d));
   for (size_t i = 0; i < sizeof zero_counters / sizeof *zero_counters; i++) {
     metric_head(&b, zero_counters[i][0], "counter", zero_counters[i][1]);
     sbx_buf_printf(&b, NULL, "%s 0\n", zero_counters[i][0]);

@@ -61,9 +61,9 @@ static void claim_commit(struct claim_op *op, struct inst *s, const char *tier) 
   char dl[64];
   fmt_time(l->deadline, 0, false, dl, sizeof dl);
   sbx_debug("claim %s tier %s vm %s in %.3f ms", l->id, tier, l->vm, secs * 1e3);
-  reply_json(op->req, 200,
-             json_pack("{s:s,s:s,s:s,s:s}", "id", l->id, "token", l->token, "deadline", dl, "owner_addr",
-                       d->owner_addr));
+  durable_reply(d, op->req, 200,
+                json_pack("{s:s,s:s,s:s,s:s}", "id", l->id, "token", l->token, "deadline", dl, "owner_addr",
+                          d->owner_addr));
 }
 
 static void claim_free(struct claim_op *op) {
@@ -251,7 +251,7 @@ void h_release(struct sbxd *d, struct http_req *req, const char *id) {
   if (!l) return;
   lease_end(d, l, "release");
   d->m.releases++;
-  http_reply(req, 204, NULL, NULL, 0, NULL);
+  durable_reply(d, req, 204, NULL);
 }
 
 void h_renew(struct sbxd *d, struct http_req *req, const char *id) {
@@ -266,7 +266,7 @@ void h_renew(struct sbxd *d, struct http_req *req, const char *id) {
     persist_put(d, l);
     char dl[64];
     fmt_time(l->deadline, 0, false, dl, sizeof dl);
-    reply_json(req, 200, json_pack("{s:s}", "deadline", dl));
+    durable_reply(d, req, 200, json_pack("{s:s}", "deadline", dl));
   }
   json_decref(body);
 }

@@ -45,6 +45,8 @@ struct http_server {
   void *arg;
   struct http_conn *conns;
   size_t nconns;
+  uint64_t upgrades[2]; /* taken over for an Upgrade: silkd, tcp */
+  struct evbuffer *scratch; /* an answer on its way out (http_reply) */
 };
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
@@ -115,6 +117,7 @@ static void write_simple(struct http_conn *c, int status, const char *text) {
                       "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                       "Connection: close\r\n\r\n%s",
                       status, status == 400 ? "Bad Request" : "Error", n, body);
+  bufferevent_enable(c->bev, EV_WRITE);
 }
 
 static void close_after_write_cb(struct bufferevent *bev, void *arg) {
@@ -329,7 +332,10 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
   s->conns = c;
   s->nconns++;
   bufferevent_setcb(c->bev, conn_read_cb, NULL, conn_event_cb, c);
-  bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+  /* Writing is enabled when something is queued: enabled up front, libevent
+   * watches EPOLLOUT at once and the first loop turn is a wasted wakeup
+   * plus two epoll_ctl calls, on every connection (each relay's too). */
+  bufferevent_enable(c->bev, EV_READ);
   arm_timer(c, IDLE_TIMEOUT_S);
 }
 
@@ -401,6 +407,7 @@ void http_server_free(struct http_server *s) {
   if (s->lis) evconnlistener_free(s->lis);
   if (s->resume) event_free(s->resume);
   while (s->conns) conn_close(s->conns);
+  if (s->scratch) evbuffer_free(s->scratch);
   sbx_free(s);
 }
 
@@ -489,17 +496,34 @@ void http_reply(struct http_req *req, int status, const char *ctype, const char 
     sbx_free(c);
     return;
   }
-  struct evbuffer *out = bufferevent_get_output(c->bev);
+  bool closing = !req->keep_alive || c->read_eof;
+  struct evbuffer *bevout = bufferevent_get_output(c->bev);
+  /* On a keep-alive connection with nothing queued, the answer goes to the
+   * socket at once: queueing it on the bufferevent would cost an
+   * epoll_ctl to watch for EPOLLOUT, a loop turn and another epoll_ctl to
+   * stop watching, about 15 us of a 0.1 ms claim. What the socket does
+   * not take is queued as before. */
+  bool direct = !closing && c->srv && evbuffer_get_length(bevout) == 0;
+  struct evbuffer *scratch = direct ? c->srv->scratch : NULL;
+  if (direct && !scratch) scratch = c->srv->scratch = evbuffer_new();
+  struct evbuffer *out = scratch ? scratch : bevout;
   evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason(status));
   if (status != 204) {
     if (ctype) evbuffer_add_printf(out, "Content-Type: %s\r\n", ctype);
     evbuffer_add_printf(out, "Content-Length: %zu\r\n", len);
   }
   if (extra_headers) evbuffer_add(out, extra_headers, strlen(extra_headers));
-  if (!req->keep_alive || c->read_eof) evbuffer_add_printf(out, "Connection: close\r\n");
+  if (closing) evbuffer_add_printf(out, "Connection: close\r\n");
   evbuffer_add(out, "\r\n", 2);
   if (status != 204 && len && strcmp(req->method, "HEAD") != 0) evbuffer_add(out, body, len);
-  if (!req->keep_alive || c->read_eof) {
+  if (scratch) {
+    while (evbuffer_get_length(scratch) && evbuffer_write(scratch, bufferevent_getfd(c->bev)) > 0) {
+    }
+    /* EAGAIN or an error: the bufferevent writes the rest, or reports it. */
+    if (evbuffer_get_length(scratch)) evbuffer_add_buffer(bevout, scratch);
+  }
+  if (evbuffer_get_length(bevout)) bufferevent_enable(c->bev, EV_WRITE);
+  if (closing) {
     c->state = ST_CLOSING;
     bufferevent_disable(c->bev, EV_READ);
     bufferevent_setcb(c->bev, NULL, close_after_write_cb, conn_event_cb, c);
@@ -513,6 +537,16 @@ size_t http_pending_len(const struct http_req *req) {
   return c->dead || !c->bev ? 0 : evbuffer_get_length(bufferevent_get_input(c->bev));
 }
 
+/* Counted once the connection is really handed over. */
+static void count_upgrade(struct http_conn *c, const struct http_req *req) {
+  const char *up = http_header(req, "Upgrade");
+  if (c->srv && up) c->srv->upgrades[token_in_list(up, "silkd") ? 0 : 1]++;
+}
+
+uint64_t http_server_upgrades(const struct http_server *s, const char *proto) {
+  return s->upgrades[strcmp(proto, "silkd") == 0 ? 0 : 1];
+}
+
 int http_detach(struct http_req *req, struct evbuffer *pipelined, bool *eof) {
   struct http_conn *c = req->conn;
   req->replied = true;
@@ -521,6 +555,7 @@ int http_detach(struct http_req *req, struct evbuffer *pipelined, bool *eof) {
     sbx_free(c);
     return -1;
   }
+  count_upgrade(c, req);
   /* A duplicate survives the bufferevent, which closes its own fd. */
   int fd = fcntl(bufferevent_getfd(c->bev), F_DUPFD_CLOEXEC, 0);
   evbuffer_add_buffer(pipelined, bufferevent_get_input(c->bev));
@@ -538,6 +573,7 @@ struct bufferevent *http_upgrade(struct http_req *req, const char *head, size_t 
     sbx_free(c);
     return NULL;
   }
+  count_upgrade(c, req);
   *eof = c->read_eof;
   struct bufferevent *bev = c->bev;
   c->bev = NULL;

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -54,6 +55,9 @@ int http_server_listen(struct http_server *s, const char *host, int port, char *
  * by nobody (their handlers are told through on_close). */
 void http_server_free(struct http_server *s);
 size_t http_server_conns(const struct http_server *s);
+/* Connections taken over by http_upgrade or http_detach whose Upgrade
+ * header named proto ("silkd"; anything else counts as "tcp"). */
+uint64_t http_server_upgrades(const struct http_server *s, const char *proto);
 
 const char *http_header(const struct http_req *req, const char *name);
 /* Query parameter value (percent-decoded into buf), or NULL. */

@@ -205,6 +205,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sandboxd: %s\n", err.msg);
     return 1;
   }
+  /* Refill, goldens and destroys yield to the loop, the sandboxes and
+   * their clients; a claim waiting on a clone runs at normal priority.
+   * Not SCHED_IDLE: on a busy node an idle-class destroy holding a kernel
+   * lock stalls the normal-priority clones behind it (churn fell by half
+   * in bench/claim under load; docs/performance.md). */
+  sbx_pool_mgr_set_background(d->pm, SBX_POOL_SCHED_NICE);
   d->leases = sbx_lease_table_new();
   if (recover(d, &err) < 0) sbx_error_log("recovery: %s", err.msg);
   struct pool_cfg *p;
@@ -232,6 +238,10 @@ int main(int argc, char **argv) {
              d->cfg->listen_host, port);
   /* A wildcard host is blanked: clients use the address they dialled. */
 
+  if (durable_start(d, &err) < 0) {
+    fprintf(stderr, "sandboxd: claims journal: %s\n", err.msg);
+    return 1;
+  }
   d->ev_pool = event_new(d->base, sbx_pool_mgr_fd(d->pm), EV_READ | EV_PERSIST, on_pool, d);
   d->ev_refill = event_new(d->base, -1, EV_PERSIST, on_refill, d);
   d->ev_reap = event_new(d->base, -1, EV_PERSIST, on_reap, d);
@@ -262,6 +272,7 @@ int main(int argc, char **argv) {
   d->stopping = true;
   relays_close_all(d);
   exec_shutdown(d);
+  durable_stop(d);
   http_server_free(d->http);
   sbx_pool_mgr_free(d->pm);
   sbx_error jerr;

@@ -49,6 +49,8 @@ struct sbxd {
   int usage_fd;
   int log_fd; /* claims.log */
   unsigned log_records;
+  uint64_t log_seq;        /* records appended to claims.log, ever */
+  struct durable *durable; /* group commit (durable.c) */
   struct metrics m;
   struct relay *relays;
   struct exec_op *execs;
@@ -87,6 +89,17 @@ void usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char 
 int journal_write_pools(struct sbxd *d, const struct pool_cfg *p, size_t n, sbx_error *err);
 /* pools.json if present: 1 and the pools, 0 if absent, -1 on error. */
 int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, char *errbuf, size_t errlen);
+
+/* ---- durable.c ---- */
+/* The sync thread for sync_claims; started once the loop exists. */
+int durable_start(struct sbxd *d, sbx_error *err);
+/* Answer once every claims.log record appended so far is on disk (at once
+ * when sync_claims is off); steals body, NULL for none. */
+void durable_reply(struct sbxd *d, struct http_req *req, int status, json_t *body);
+/* true when records are synced by the thread rather than in line. */
+bool durable_async(const struct sbxd *d);
+/* Last sync, pending answers written, thread joined. */
+void durable_stop(struct sbxd *d);
 
 /* ---- router.c ---- */
 void router_handle(struct http_req *req, void *arg);

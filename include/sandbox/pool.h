@@ -79,6 +79,21 @@ void sbx_pool_mgr_free(sbx_pool_mgr *m);
 int sbx_pool_mgr_fd(const sbx_pool_mgr *m);
 void sbx_pool_mgr_dispatch(sbx_pool_mgr *m);
 
+/* How the workers run background work (refill, prepare, destroy and
+ * submitted jobs not marked urgent); a claim waiting on a clone always runs
+ * at normal priority. On a node with few cores, background work at normal
+ * priority shows up as claim latency: lowered, the event loop, the
+ * sandboxes and their clients come first, and background work takes the
+ * CPU time they leave. The jail's setup children inherit the class of the
+ * worker that forks them. Default: SBX_POOL_SCHED_NORMAL. */
+typedef enum sbx_pool_sched {
+  SBX_POOL_SCHED_NORMAL, /* SCHED_OTHER, nice 0 */
+  SBX_POOL_SCHED_NICE,   /* SCHED_OTHER, nice SBX_POOL_NICE */
+  SBX_POOL_SCHED_IDLE,   /* SCHED_IDLE: runs only on CPU time nothing else wants */
+} sbx_pool_sched;
+#define SBX_POOL_NICE 10
+void sbx_pool_mgr_set_background(sbx_pool_mgr *m, sbx_pool_sched s);
+
 /* Replace the configured set: kept keys change targets in place, new keys
  * are prepared, omitted keys lose their warm instances. */
 int sbx_pool_mgr_set_pools(sbx_pool_mgr *m, const sbx_pool_conf *confs, size_t n, sbx_error *err);

@@ -93,6 +93,8 @@ void sbx_pool_mgr_free(sbx_pool_mgr *m) {
 
 int sbx_pool_mgr_fd(const sbx_pool_mgr *m) { return sbxi_workq_fd(m->q); }
 
+void sbx_pool_mgr_set_background(sbx_pool_mgr *m, sbx_pool_sched s) { sbxi_workq_set_background(m->q, s); }
+
 static struct pool *find_pool(const sbx_pool_mgr *m, const sbx_pool_key *key) {
   for (size_t i = 0; i < m->npools; i++)
     if (!m->pools[i]->removed && sbx_pool_key_eq(&m->pools[i]->conf.key, key)) return m->pools[i];

@@ -5,8 +5,11 @@
  * dispatch, so everything done touches needs no lock. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <sandbox/core.h>
@@ -18,6 +21,7 @@ struct job {
   sbx_job_fn work;
   sbx_job_done_fn done;
   void *arg;
+  bool urgent;
 };
 
 struct jobq {
@@ -32,6 +36,7 @@ struct sbx_workq {
   int efd;
   unsigned nthreads;
   pthread_t *threads;
+  sbx_pool_sched background; /* how non-urgent jobs run */
 };
 
 static void q_push(struct jobq *q, struct job *j) {
@@ -63,14 +68,30 @@ static void signal_fd(int fd) {
   (void)r;
 }
 
+/* Set the calling thread's class (Linux applies both calls per thread);
+ * what it forks inherits it. Raising it back needs CAP_SYS_NICE or a
+ * permissive RLIMIT_NICE; without them the thread stays lowered. */
+static void thread_sched(sbx_pool_sched s) {
+  struct sched_param sp = {0};
+  pid_t tid = (pid_t)syscall(SYS_gettid);
+  sched_setscheduler(tid, s == SBX_POOL_SCHED_IDLE ? SCHED_IDLE : SCHED_OTHER, &sp);
+  setpriority(PRIO_PROCESS, (id_t)tid, s == SBX_POOL_SCHED_NICE ? SBX_POOL_NICE : 0);
+}
+
 static void *worker(void *p) {
   sbx_workq *q = p;
+  sbx_pool_sched cur = SBX_POOL_SCHED_NORMAL;
   pthread_mutex_lock(&q->mu);
   for (;;) {
     while (!q->stopping && !q->todo.head) pthread_cond_wait(&q->cv, &q->mu);
     if (q->stopping) break;
     struct job *j = q_pop(&q->todo);
+    sbx_pool_sched want = j->urgent ? SBX_POOL_SCHED_NORMAL : q->background;
     pthread_mutex_unlock(&q->mu);
+    if (want != cur) {
+      thread_sched(want);
+      cur = want;
+    }
     if (j->work) j->work(j->arg);
     pthread_mutex_lock(&q->mu);
     q_push(&q->finished, j);
@@ -133,6 +154,7 @@ void sbxi_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void
   j->work = work;
   j->done = done;
   j->arg = arg;
+  j->urgent = urgent;
   pthread_mutex_lock(&q->mu);
   if (urgent) q_push_front(&q->todo, j);
   else q_push(&q->todo, j);
@@ -141,6 +163,12 @@ void sbxi_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void
 }
 
 int sbxi_workq_fd(const sbx_workq *q) { return q->efd; }
+
+void sbxi_workq_set_background(sbx_workq *q, sbx_pool_sched s) {
+  pthread_mutex_lock(&q->mu);
+  q->background = s;
+  pthread_mutex_unlock(&q->mu);
+}
 
 void sbxi_workq_wake(sbx_workq *q) { signal_fd(q->efd); }
 

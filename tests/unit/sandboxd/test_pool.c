@@ -1,14 +1,19 @@
 /* test_pool: the pool manager and lease table of libsandbox/pool against a
  * fake provider (no driver): refill to target, LIFO, drain, retune,
- * backoff, capacity parking, the adaptive watermark, admission caps. */
+ * backoff, capacity parking, the adaptive watermark, admission caps, the
+ * workers' scheduling class. */
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -316,6 +321,55 @@ static void test_provision_on_miss(void **state) {
   assert_string_equal(r.msg, "clone failed");
 }
 
+/* Background jobs run lowered, urgent ones at normal priority, on the
+ * same workers (the test runs as root: raising back needs CAP_SYS_NICE). */
+struct sched_probe {
+  int nice, policy;
+  bool done;
+};
+
+static void probe_work(void *arg) {
+  struct sched_probe *p = arg;
+  pid_t tid = (pid_t)syscall(SYS_gettid);
+  errno = 0;
+  p->nice = getpriority(PRIO_PROCESS, (id_t)tid);
+  p->policy = sched_getscheduler(tid);
+}
+
+static void probe_done(void *arg, bool cancelled) { ((struct sched_probe *)arg)->done = true; }
+
+static void run_probe(struct sched_probe *p, bool urgent) {
+  memset(p, 0, sizeof *p);
+  sbx_pool_mgr_submit(M, probe_work, probe_done, p, urgent);
+  for (int i = 0; i < 100000 && !p->done; i++) {
+    struct pollfd pf = {sbx_pool_mgr_fd(M), POLLIN, 0};
+    if (poll(&pf, 1, 1) > 0) sbx_pool_mgr_dispatch(M);
+  }
+  assert_true(p->done);
+}
+
+static void test_worker_sched(void **state) {
+  struct sched_probe p;
+  errno = 0;
+  int inherited = getpriority(PRIO_PROCESS, 0);
+  run_probe(&p, false);
+  assert_int_equal(p.nice, inherited); /* default: left as started */
+  sbx_pool_mgr_set_background(M, SBX_POOL_SCHED_NICE);
+  for (int i = 0; i < 4; i++) { /* both workers, whichever takes the job */
+    run_probe(&p, false);
+    assert_int_equal(p.policy, SCHED_OTHER);
+    assert_int_equal(p.nice, SBX_POOL_NICE);
+    run_probe(&p, true);
+    assert_int_equal(p.nice, 0);
+  }
+  sbx_pool_mgr_set_background(M, SBX_POOL_SCHED_IDLE);
+  run_probe(&p, false);
+  assert_int_equal(p.policy, SCHED_IDLE);
+  run_probe(&p, true);
+  assert_int_equal(p.policy, SCHED_OTHER);
+  assert_int_equal(p.nice, 0);
+}
+
 static void test_leases(void **state) {
   sbx_lease_table *t = sbx_lease_table_new();
   sbx_error err;
@@ -373,6 +427,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_watermark, setup, teardown),
       cmocka_unit_test_setup_teardown(test_shutdown_forgets_warm, setup, teardown),
       cmocka_unit_test_setup_teardown(test_provision_on_miss, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_worker_sched, setup, teardown),
       cmocka_unit_test(test_leases),
       cmocka_unit_test(test_secret_eq),
   };
