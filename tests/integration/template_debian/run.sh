@@ -45,7 +45,17 @@ root=$templates/debian/rootfs
 state=$scratch/state
 mkdir -p "$state"
 ln -s "$templates" "$state/templates"
-run() { SBX_STATE_DIR=$state SBX_RUN_DIR=$scratch/run "$bin/sbxctl" local run --template debian -- "$@"; }
+# silkd runs from the template's root, which has none of the host's
+# libraries: a sanitizer build's silkd is dynamic (libasan), so there the
+# static silkd of the normal build (./scripts/test builds it first) serves.
+silkd=$bin/silkd
+if readelf -l "$silkd" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+  silkd=${SBX_STATIC_SILKD:-$src/build/bin/silkd}
+  readelf -l "$silkd" 2>/dev/null | grep -q 'Requesting program interpreter' &&
+    fail "$bin/silkd is dynamic (sanitizer build) and no static silkd at $silkd (run ./scripts/test first or set SBX_STATIC_SILKD)"
+  [ -x "$silkd" ] || fail "no static silkd at $silkd (run ./scripts/test first or set SBX_STATIC_SILKD)"
+fi
+run() { SBX_STATE_DIR=$state SBX_RUN_DIR=$scratch/run SBX_SILKD=$silkd "$bin/sbxctl" local run --template debian -- "$@"; }
 
 out=$(run python3 -c 'print(6*7)') || fail "python3 in the template: exit $?"
 [ "$out" = 42 ] || fail "python3 printed '$out', want 42"
