@@ -15,61 +15,7 @@
 
 #include "sbxd_test.h"
 
-#define ROOT "root-token-0123456789abcdef0123456789"
-#define ACME "acme-token-0123456789abcdef0123456789"
-#define BETA "beta-token-0123456789abcdef0123456789"
-
-static const char *CONFIG =
-    "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\",\"api_token\":\"" ROOT "\","
-    "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"tenants\":[{\"name\":\"acme\",\"token\":\"" ACME "\",\"max_claims\":3},"
-    "{\"name\":\"beta\",\"token\":\"" BETA "\"}],"
-    "\"max_claims\":6,\"pools\":[{\"template\":\"host\",\"warm\":2}]}";
-
-static struct sbxd_proc P;
-
-static int setup(void **state) {
-  sbxd_prepare(&P, CONFIG);
-  return sbxd_start(&P);
-}
-
-/* A clean SIGTERM exit is part of every test: under ASan it also means
- * the daemon ran without memory errors or leaks. */
-static int teardown(void **state) {
-  int rc = sbxd_stop(&P, SIGTERM);
-  sbxd_jail_cleanup(&P);
-  if (rc != 0) fprintf(stderr, "sandboxd exited with %d\n", rc);
-  return rc == 0 ? 0 : -1;
-}
-
-static json_t *body_json(struct http_resp *r) {
-  json_error_t je;
-  json_t *v = json_loads(r->body, 0, &je);
-  if (!v) fprintf(stderr, "not JSON (%d): %s\n", r->status, r->body);
-  return v;
-}
-
-struct claim {
-  char id[32], token[64];
-};
-
-static int do_claim(const char *token, const char *body, struct claim *c) {
-  struct http_resp r;
-  if (sbxd_http(P.port, "POST", "/v1/claim", token, body, &r) < 0) return -1;
-  int s = r.status;
-  if (s == 200 && c) {
-    json_t *v = body_json(&r);
-    snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(v, "id")));
-    snprintf(c->token, sizeof c->token, "%s", json_string_value(json_object_get(v, "token")));
-    json_decref(v);
-  }
-  http_resp_free(&r);
-  return s;
-}
-
-static void release(const struct claim *c) {
-  char path[128];
-  snprintf(path, sizeof path, "/v1/sandboxes/%s/release", c->id);
-  assert_int_equal(sbxd_status(P.port, "POST", path, c->token, NULL), 204);
+#include "sbxd_api_fixture.h"
 }
 
 static void test_version_and_bad_configs(void **state) {
