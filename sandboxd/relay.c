@@ -443,24 +443,33 @@ static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int
   return true;
 }
 
+/* The checks every upgrade shares, in the spec's order (bearer, Upgrade
+ * token, the sandbox), then a connection to its agent. Answers the error
+ * itself and returns NULL when any of them fails. */
+static sbx_lease *upgrade_open(struct sbxd *d, struct http_req *req, const char *id, const char *proto, int *fd) {
+  if (!upgrade_token(req, proto)) {
+    upgrade_required(req, proto);
+    return NULL;
+  }
+  sbx_lease *l = auth_sbx(d, req, id, false, "unknown sandbox");
+  if (!l) return NULL;
+  sbx_error err;
+  if (!l->inst || inst_connect(l->inst, fd, &err) < 0) {
+    if (l->inst) sbx_warn("%s upgrade %s: %s", proto, l->id, err.msg);
+    reply_error(req, 502, "guest agent unreachable");
+    return NULL;
+  }
+  return l;
+}
+
 void h_agent(struct sbxd *d, struct http_req *req, const char *id) {
   if (!has_bearer(req)) {
     reply_error(req, 401, "missing bearer token");
     return;
   }
-  if (!upgrade_token(req, "silkd")) {
-    upgrade_required(req, "silkd");
-    return;
-  }
-  sbx_lease *l = auth_sbx(d, req, id, false, "unknown sandbox");
-  if (!l) return;
   int fd;
-  sbx_error err;
-  if (!l->inst || inst_connect(l->inst, &fd, &err) < 0) {
-    if (l->inst) sbx_warn("agent %s: %s", l->id, err.msg);
-    reply_error(req, 502, "guest agent unreachable");
-    return;
-  }
+  sbx_lease *l = upgrade_open(d, req, id, "silkd", &fd);
+  if (!l) return;
   if (agent_splice(d, req, l, fd)) return;
   struct relay *r = relay_new(d, l, fd, false);
   r->timer = evtimer_new(d->base, drain_timeout, r);
@@ -630,18 +639,9 @@ void h_port(struct sbxd *d, struct http_req *req, const char *id, const char *po
     reply_error(req, 400, "invalid port");
     return;
   }
-  if (!upgrade_token(req, "tcp")) {
-    upgrade_required(req, "tcp");
-    return;
-  }
-  sbx_lease *l = auth_sbx(d, req, id, false, "unknown sandbox");
-  if (!l) return;
   int fd;
-  sbx_error err;
-  if (!l->inst || inst_connect(l->inst, &fd, &err) < 0) {
-    reply_error(req, 502, "guest agent unreachable");
-    return;
-  }
+  sbx_lease *l = upgrade_open(d, req, id, "tcp", &fd);
+  if (!l) return;
   struct relay *r = relay_new(d, l, fd, true);
   r->port = (int)pn;
   r->req = req;
