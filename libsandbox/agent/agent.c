@@ -318,28 +318,33 @@ int sbx_agent_kill(sbx_agent *a, uint32_t pid, int signal, sbx_error *err) {
   return 0;
 }
 
+int agent_stream(sbx_agent *a, const char *verb, agent_frame_fn on_frame, void *ud, sbx_error *err) {
+  for (;;) {
+    sbx_wire_resp resp;
+    int rc = sbx_agent_recv(a, &resp, err);
+    if (rc < 0) return rc;
+    if (resp.type == SBX_RESP_DONE) rc = 1;
+    else if (resp.type == SBX_RESP_ERROR) rc = agent_remote_error(&resp, err);
+    else if ((rc = on_frame(a, &resp, ud, err)) == AGENT_FRAME_UNEXPECTED) rc = agent_unexpected(a, &resp, verb, err);
+    sbx_wire_resp_free(&resp);
+    if (rc != 0) return rc == 1 ? 0 : rc;
+  }
+}
+
+static int read_file_frame(sbx_agent *a, const sbx_wire_resp *r, void *ud, sbx_error *err) {
+  if (r->type != SBX_RESP_DATA) return AGENT_FRAME_UNEXPECTED;
+  /* a full buffer leaves the rest of the stream unread: the connection
+   * cannot be reused */
+  int rc = sbx_buf_add(ud, r->u.data.data.ptr, r->u.data.data.len, err);
+  return rc < 0 ? agent_broken(a, rc) : 0;
+}
+
 int sbx_agent_read_file(sbx_agent *a, const char *path, sbx_buf *out, sbx_error *err) {
   sbx_wire_req r = {.op = SBX_OP_FS_READ};
   r.u.fs_read.path = path;
   int rc = sbx_agent_send(a, &r, err);
   if (rc < 0) return rc;
-  for (;;) {
-    sbx_wire_resp resp;
-    if ((rc = sbx_agent_recv(a, &resp, err)) < 0) return rc;
-    if (resp.type == SBX_RESP_DATA) {
-      rc = sbx_buf_add(out, resp.u.data.data.ptr, resp.u.data.data.len, err);
-      /* keep reading to the final frame so the connection stays in sync */
-      if (rc < 0) a->broken = true;
-    } else if (resp.type == SBX_RESP_DONE) {
-      rc = 1;
-    } else if (resp.type == SBX_RESP_ERROR) {
-      rc = agent_remote_error(&resp, err);
-    } else {
-      rc = agent_unexpected(a, &resp, "fs_read", err);
-    }
-    sbx_wire_resp_free(&resp);
-    if (rc != 0) return rc == 1 ? 0 : rc;
-  }
+  return agent_stream(a, "fs_read", read_file_frame, out, err);
 }
 
 int sbx_agent_write_file(sbx_agent *a, const char *path, const void *data, size_t n, int mode, sbx_error *err) {

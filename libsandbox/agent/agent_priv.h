@@ -36,4 +36,12 @@ int agent_unexpected(sbx_agent *a, const sbx_wire_resp *r, const char *verb, sbx
 int agent_recv_reply(sbx_agent *a, sbx_wire_type want, sbx_wire_resp *out, const char *verb, sbx_error *err);
 int agent_ensure_scratch(sbx_agent *a, size_t n);
 
+/* A streamed reply read to its final frame: `done` ends it, `error` fails
+ * it, every other frame goes to on_frame, which returns 0 to read on, 1 to
+ * end the stream, AGENT_FRAME_UNEXPECTED for a frame its verb never gets
+ * (a protocol error naming verb), or < 0. */
+#define AGENT_FRAME_UNEXPECTED 2
+typedef int (*agent_frame_fn)(sbx_agent *a, const sbx_wire_resp *r, void *ud, sbx_error *err);
+int agent_stream(sbx_agent *a, const char *verb, agent_frame_fn on_frame, void *ud, sbx_error *err);
+
 #endif

@@ -146,33 +146,54 @@ int sbx_agent_pty_resize(sbx_agent *a, uint32_t pid, uint16_t cols, uint16_t row
   return call(a, &r, SBX_RESP_DONE, NULL, err);
 }
 
+struct list_cb {
+  int (*on_entry)(void *ud, const sbx_wire_dir_entry *e);
+  void *ud;
+};
+
+static int list_frame(sbx_agent *a, const sbx_wire_resp *r, void *ud, sbx_error *err) {
+  (void)err;
+  struct list_cb *cb = ud;
+  if (r->type != SBX_RESP_ENTRIES) return AGENT_FRAME_UNEXPECTED;
+  for (size_t i = 0; cb->on_entry && i < r->u.entries.len; i++) {
+    int rc = cb->on_entry(cb->ud, &r->u.entries.items[i]);
+    if (rc) return agent_broken(a, rc < 0 ? rc : SBX_E_INTERNAL);
+  }
+  return 0;
+}
+
 int sbx_agent_list_dir(sbx_agent *a, const char *path,
                        int (*on_entry)(void *ud, const sbx_wire_dir_entry *e), void *ud, sbx_error *err) {
   sbx_wire_req r = {.op = SBX_OP_FS_LIST};
   r.u.fs_list.path = path;
   int rc = sbx_agent_send(a, &r, err);
   if (rc < 0) return rc;
-  for (;;) {
-    sbx_wire_resp resp;
-    if ((rc = sbx_agent_recv(a, &resp, err)) < 0) return rc;
-    if (resp.type == SBX_RESP_ENTRIES) {
-      for (size_t i = 0; rc == 0 && i < resp.u.entries.len; i++) {
-        rc = on_entry ? on_entry(ud, &resp.u.entries.items[i]) : 0;
-        if (rc) rc = agent_broken(a, rc < 0 ? rc : SBX_E_INTERNAL);
-      }
-    } else if (resp.type == SBX_RESP_DONE) {
-      rc = 1;
-    } else if (resp.type == SBX_RESP_ERROR) {
-      rc = agent_remote_error(&resp, err);
-    } else {
-      rc = agent_unexpected(a, &resp, "fs_list", err);
-    }
-    sbx_wire_resp_free(&resp);
-    if (rc != 0) return rc == 1 ? 0 : rc;
-  }
+  struct list_cb cb = {on_entry, ud};
+  return agent_stream(a, "fs_list", list_frame, &cb, err);
 }
 
 /* attach: (stdout|stderr)* -> exit|done; logs: (stdout|stderr)* -> [exit] -> done. */
+struct follow_cb {
+  sbx_wire_op op;
+  const sbx_agent_exec_io *io;
+  int *exit_code;
+};
+
+static int follow_frame(sbx_agent *a, const sbx_wire_resp *r, void *ud, sbx_error *err) {
+  (void)err;
+  struct follow_cb *cb = ud;
+  if (r->type == SBX_RESP_EXIT) {
+    if (cb->exit_code) *cb->exit_code = r->u.exit.code;
+    return cb->op == SBX_OP_ATTACH ? 1 : 0;
+  }
+  if (r->type != SBX_RESP_STDOUT && r->type != SBX_RESP_STDERR) return AGENT_FRAME_UNEXPECTED;
+  const sbx_agent_exec_io *io = cb->io;
+  if (!io || !io->on_output) return 0;
+  int rc = io->on_output(io->ud, r->type == SBX_RESP_STDOUT ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR,
+                         r->u.data.data.ptr, r->u.data.data.len);
+  return rc ? agent_broken(a, rc < 0 ? rc : SBX_E_INTERNAL) : 0;
+}
+
 static int follow(sbx_agent *a, sbx_wire_op op, uint32_t pid, const sbx_agent_exec_io *io, int *exit_code,
                   sbx_error *err) {
   sbx_wire_req r = {.op = op};
@@ -180,29 +201,8 @@ static int follow(sbx_agent *a, sbx_wire_op op, uint32_t pid, const sbx_agent_ex
   int rc = sbx_agent_send(a, &r, err);
   if (rc < 0) return rc;
   if (exit_code) *exit_code = INT32_MIN;
-  for (;;) {
-    sbx_wire_resp resp;
-    if ((rc = sbx_agent_recv(a, &resp, err)) < 0) return rc;
-    switch (resp.type) {
-    case SBX_RESP_STDOUT:
-    case SBX_RESP_STDERR:
-      rc = io && io->on_output ? io->on_output(io->ud, resp.type == SBX_RESP_STDOUT ? SBX_STREAM_STDOUT
-                                                                                    : SBX_STREAM_STDERR,
-                                               resp.u.data.data.ptr, resp.u.data.data.len)
-                               : 0;
-      if (rc) rc = agent_broken(a, rc < 0 ? rc : SBX_E_INTERNAL);
-      break;
-    case SBX_RESP_EXIT:
-      if (exit_code) *exit_code = resp.u.exit.code;
-      rc = op == SBX_OP_ATTACH ? 1 : 0;
-      break;
-    case SBX_RESP_DONE: rc = 1; break;
-    case SBX_RESP_ERROR: rc = agent_remote_error(&resp, err); break;
-    default: rc = agent_unexpected(a, &resp, sbx_wire_op_name(op), err);
-    }
-    sbx_wire_resp_free(&resp);
-    if (rc != 0) return rc == 1 ? 0 : rc;
-  }
+  struct follow_cb cb = {op, io, exit_code};
+  return agent_stream(a, sbx_wire_op_name(op), follow_frame, &cb, err);
 }
 
 int sbx_agent_attach(sbx_agent *a, uint32_t pid, const sbx_agent_exec_io *io, int *exit_code, sbx_error *err) {
