@@ -262,8 +262,17 @@ async function sdkSession() {
     assert.ok(sp.pid > 0);
     const ps = ok(await call('ps', { sandbox_id: id }), 'ps');
     assert.ok(ps.processes.some((p) => p.pid === sp.pid && p.state === 'running'), JSON.stringify(ps));
-    ok(await call('kill', { sandbox_id: id, pid: sp.pid }), 'kill');
+    // kill only once the shell has printed: a kill that wins the race
+    // against `echo` under load would leave nothing to replay
     let lg;
+    for (let i = 0; i < 100; i++) {
+      lg = ok(await call('logs', { sandbox_id: id, pid: sp.pid }), 'logs');
+      if (lg.stdout !== '') break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.equal(lg.stdout, 'bg\n');
+    assert.equal(lg.exited, false);
+    ok(await call('kill', { sandbox_id: id, pid: sp.pid }), 'kill');
     for (let i = 0; i < 50; i++) {
       lg = ok(await call('logs', { sandbox_id: id, pid: sp.pid }), 'logs');
       if (lg.exited) break;
