@@ -49,66 +49,67 @@ static size_t strip_lf(const sbx_buf *b) {
   return b->len > 0 && b->ptr[b->len - 1] == '\n' ? b->len - 1 : b->len;
 }
 
-/* encode(decode(line)) must decode again and re-encode to the same bytes. */
-static void check_req(const char *line, size_t len) {
-  sbx_error err;
+/* One side of the codec (requests or responses) seen through a common
+ * shape, so the fixpoint check below is written once for both. */
+typedef union {
   sbx_wire_req req;
-  if (sbx_wire_decode_req(line, len, &req, &err) != 0) return;
-
-  sbx_buf e1 = SBX_BUF_INIT(SBX_WIRE_FRAME_CAP + 1), e2 = SBX_BUF_INIT(SBX_WIRE_FRAME_CAP + 1);
-  int rc = sbx_wire_encode_req(&e1, &req, &err);
-  if (rc == SBX_E_TOOBIG) goto out; /* a lossy (U+FFFD) expansion can pass the cap */
-  if (rc != 0) dump_line("request", line, len);
-  CHECK(rc == 0, "encode of a decoded %s request failed: %s", sbx_wire_op_name(req.op), err.msg);
-
-  sbx_wire_req again;
-  rc = sbx_wire_decode_req(e1.ptr, strip_lf(&e1), &again, &err);
-  if (rc != 0) { dump_line("request", line, len); dump_line("re-encoding", e1.ptr, e1.len); }
-  CHECK(rc == 0, "re-encoded %s request does not decode: %s", sbx_wire_op_name(req.op), err.msg);
-  CHECK(again.op == req.op, "op changed from %s to %s", sbx_wire_op_name(req.op), sbx_wire_op_name(again.op));
-  rc = sbx_wire_encode_req(&e2, &again, &err);
-  CHECK(rc == 0, "second encode failed: %s", err.msg);
-  if (e1.len != e2.len || memcmp(e1.ptr, e2.ptr, e1.len) != 0) {
-    dump_line("request", line, len);
-    dump_line("encode 1", e1.ptr, e1.len);
-    dump_line("encode 2", e2.ptr, e2.len);
-    CHECK(0, "request encoding is not a fixpoint");
-  }
-  sbx_wire_req_free(&again);
-out:
-  sbx_wire_req_free(&req);
-  sbx_buf_free(&e1);
-  sbx_buf_free(&e2);
-}
-
-static void check_resp(const char *line, size_t len) {
-  sbx_error err;
   sbx_wire_resp resp;
-  if (sbx_wire_decode_resp(line, len, &resp, &err) != 0) return;
+} wire_msg;
+
+typedef struct {
+  const char *what;
+  int (*decode)(const char *line, size_t len, wire_msg *m, sbx_error *err);
+  int (*encode)(sbx_buf *out, const wire_msg *m, sbx_error *err);
+  void (*release)(wire_msg *m);
+  int (*kind)(const wire_msg *m);
+  const char *(*kind_name)(int kind);
+} wire_side;
+
+static int req_decode(const char *l, size_t n, wire_msg *m, sbx_error *e) { return sbx_wire_decode_req(l, n, &m->req, e); }
+static int req_encode(sbx_buf *o, const wire_msg *m, sbx_error *e) { return sbx_wire_encode_req(o, &m->req, e); }
+static void req_release(wire_msg *m) { sbx_wire_req_free(&m->req); }
+static int req_kind(const wire_msg *m) { return (int)m->req.op; }
+static const char *req_kind_name(int k) { return sbx_wire_op_name((sbx_wire_op)k); }
+static int resp_decode(const char *l, size_t n, wire_msg *m, sbx_error *e) { return sbx_wire_decode_resp(l, n, &m->resp, e); }
+static int resp_encode(sbx_buf *o, const wire_msg *m, sbx_error *e) { return sbx_wire_encode_resp(o, &m->resp, e); }
+static void resp_release(wire_msg *m) { sbx_wire_resp_free(&m->resp); }
+static int resp_kind(const wire_msg *m) { return (int)m->resp.type; }
+static const char *resp_kind_name(int k) { return sbx_wire_type_name((sbx_wire_type)k); }
+
+static const wire_side request_side = {"request", req_decode, req_encode, req_release, req_kind, req_kind_name};
+static const wire_side response_side = {"response", resp_decode, resp_encode, resp_release, resp_kind,
+                                        resp_kind_name};
+
+/* encode(decode(line)) must decode again and re-encode to the same bytes. */
+static void check_fixpoint(const wire_side *side, const char *line, size_t len) {
+  sbx_error err;
+  wire_msg msg;
+  if (side->decode(line, len, &msg, &err) != 0) return;
+  const char *name = side->kind_name(side->kind(&msg));
 
   sbx_buf e1 = SBX_BUF_INIT(SBX_WIRE_FRAME_CAP + 1), e2 = SBX_BUF_INIT(SBX_WIRE_FRAME_CAP + 1);
-  int rc = sbx_wire_encode_resp(&e1, &resp, &err);
-  if (rc == SBX_E_TOOBIG) goto out;
-  if (rc != 0) dump_line("response", line, len);
-  CHECK(rc == 0, "encode of a decoded %s response failed: %s", sbx_wire_type_name(resp.type), err.msg);
+  int rc = side->encode(&e1, &msg, &err);
+  if (rc == SBX_E_TOOBIG) goto out; /* a lossy (U+FFFD) expansion can pass the cap */
+  if (rc != 0) dump_line(side->what, line, len);
+  CHECK(rc == 0, "encode of a decoded %s %s failed: %s", name, side->what, err.msg);
 
-  sbx_wire_resp again;
-  rc = sbx_wire_decode_resp(e1.ptr, strip_lf(&e1), &again, &err);
-  if (rc != 0) { dump_line("response", line, len); dump_line("re-encoding", e1.ptr, e1.len); }
-  CHECK(rc == 0, "re-encoded %s response does not decode: %s", sbx_wire_type_name(resp.type), err.msg);
-  CHECK(again.type == resp.type, "type changed from %s to %s", sbx_wire_type_name(resp.type),
-        sbx_wire_type_name(again.type));
-  rc = sbx_wire_encode_resp(&e2, &again, &err);
+  wire_msg again;
+  rc = side->decode(e1.ptr, strip_lf(&e1), &again, &err);
+  if (rc != 0) { dump_line(side->what, line, len); dump_line("re-encoding", e1.ptr, e1.len); }
+  CHECK(rc == 0, "re-encoded %s %s does not decode: %s", name, side->what, err.msg);
+  CHECK(side->kind(&again) == side->kind(&msg), "%s kind changed from %s to %s", side->what, name,
+        side->kind_name(side->kind(&again)));
+  rc = side->encode(&e2, &again, &err);
   CHECK(rc == 0, "second encode failed: %s", err.msg);
   if (e1.len != e2.len || memcmp(e1.ptr, e2.ptr, e1.len) != 0) {
-    dump_line("response", line, len);
+    dump_line(side->what, line, len);
     dump_line("encode 1", e1.ptr, e1.len);
     dump_line("encode 2", e2.ptr, e2.len);
-    CHECK(0, "response encoding is not a fixpoint");
+    CHECK(0, "%s encoding is not a fixpoint", side->what);
   }
-  sbx_wire_resp_free(&again);
+  side->release(&again);
 out:
-  sbx_wire_resp_free(&resp);
+  side->release(&msg);
   sbx_buf_free(&e1);
   sbx_buf_free(&e2);
 }
@@ -187,8 +188,8 @@ static void check_bulk(const char *line, size_t len) {
 }
 
 static void check_frame(const char *line, size_t len) {
-  check_req(line, len);
-  check_resp(line, len);
+  check_fixpoint(&request_side, line, len);
+  check_fixpoint(&response_side, line, len);
   check_bulk(line, len);
 }
 
