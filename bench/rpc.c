@@ -10,7 +10,9 @@
  *     sample so both see the same machine state; p50/p90/p99 in µs;
  *   - fs_push and fs_pull of an N MiB file (default 128) as a tar stream,
  *     in MiB/s (median of R rounds, default 3).
- * -n 0 skips the round trips (transfers only, for A/B runs of the relay).
+ * -n 0 skips the round trips (transfers only, for A/B runs of the relay);
+ * --stat-only does nothing but the n kept fs_stat round trips, so a
+ * `perf stat` or `strace -c` of the processes counts per RPC.
  * With its own sandboxd it also prints the CPU time per GiB moved spent by
  * this client, by sandboxd (the relay) and by the sandbox's silkd: on a
  * shared 2-core machine MiB/s swings with the neighbours' load, CPU per GiB
@@ -131,6 +133,69 @@ static uint64_t silkd_cpu_ns(void) {
   return sum;
 }
 
+/* Context switches (voluntary + not) of every thread of pid: each
+ * voluntary one is a sleep, so per RPC it counts the wakeups. */
+static uint64_t proc_ctxsw(pid_t pid) {
+  if (pid <= 0) return 0;
+  char p[64];
+  snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(p);
+  uint64_t sum = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char q[128], line[128];
+    snprintf(q, sizeof q, "/proc/%d/task/%s/status", (int)pid, e->d_name);
+    FILE *f = fopen(q, "r");
+    unsigned long long v;
+    while (f && fgets(line, sizeof line, f))
+      if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1) sum += v;
+    if (f) fclose(f);
+  }
+  if (d) closedir(d);
+  return sum;
+}
+
+/* The silkd below sandboxd that used the most CPU between two scans: the
+ * claimed sandbox's (the idle pool's does nothing). */
+#define MAX_SILKD 16
+typedef struct {
+  pid_t pid[MAX_SILKD];
+  uint64_t ns[MAX_SILKD];
+  int n;
+} silkd_scan;
+
+static void silkd_list(silkd_scan *out) {
+  out->n = 0;
+  DIR *d = opendir("/proc");
+  for (struct dirent *e; d && (e = readdir(d)) && out->n < MAX_SILKD;) {
+    pid_t pid = (pid_t)atoi(e->d_name);
+    char p[64], comm[32] = "";
+    snprintf(p, sizeof p, "/proc/%d/comm", (int)pid);
+    FILE *f = pid > 0 ? fopen(p, "r") : NULL;
+    if (!f) continue;
+    if (!fgets(comm, sizeof comm, f)) comm[0] = '\0';
+    fclose(f);
+    if (strcmp(comm, "silkd\n") == 0 && below_daemon(pid)) {
+      out->pid[out->n] = pid;
+      out->ns[out->n++] = proc_cpu_ns(pid);
+    }
+  }
+  if (d) closedir(d);
+}
+
+static pid_t busiest_silkd(const silkd_scan *before) {
+  pid_t best = -1;
+  uint64_t most = 0;
+  for (int i = 0; i < before->n; i++) {
+    uint64_t now = proc_cpu_ns(before->pid[i]);
+    if (now - before->ns[i] >= most) {
+      most = now - before->ns[i];
+      best = before->pid[i];
+    }
+  }
+  return best;
+}
+
 static uint64_t self_cpu_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -228,42 +293,9 @@ static double pull_once(sbx_sandbox *s, uint64_t bytes) {
   return (double)bytes / (1 << 20) / ((double)(sbx_now_ns() - t0) / 1e9);
 }
 
-int main(int argc, char **argv) {
-  int n = 1000, mib = 128, rounds = 3;
-  const char *addr_arg = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-      n = atoi(argv[++i]);
-    } else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
-      mib = atoi(argv[++i]);
-    } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
-      rounds = atoi(argv[++i]);
-    } else if (strcmp(argv[i], "--addr") == 0 && i + 1 < argc) {
-      addr_arg = argv[++i];
-    } else {
-      fprintf(stderr, "usage: bench-rpc [-n SAMPLES] [--mib N] [--rounds R] [--addr ADDR]\n");
-      return 2;
-    }
-  }
-  if (n < 0 || mib < 1 || rounds < 1 || rounds > BENCH_MAX_RUNS) return 2;
-  signal(SIGPIPE, SIG_IGN);
-  char addr[128];
-  if (addr_arg) {
-    snprintf(addr, sizeof addr, "%s", addr_arg);
-  } else if (start_daemon(addr, sizeof addr) < 0) {
-    return 1;
-  }
-  sbx_client_opts o = {.addr = addr, .token = getenv("SANDBOXD_TOKEN")};
-  sbx_client *c;
-  sbx_sandbox *s;
+/* fs_stat and exec, kept and dial-per-RPC, interleaved sample by sample. */
+static void round_trips(sbx_sandbox *s, const char *addr, int n) {
   sbx_error err;
-  if (sbx_client_new(&o, &c, &err) < 0) die("client", &err);
-  sbx_claim_opts co = {.template_ = "host", .ttl_seconds = 900};
-  bool direct = strncmp(addr, "unix:", 5) == 0;
-  if (direct ? sbx_client_attach(c, "sb_bench", "bench", NULL, &s, &err) < 0
-             : sbx_client_claim(c, &co, &s, &err) < 0)
-    die("claim", &err);
-
   size_t nn = n ? (size_t)n : 1;
   double *stat_kept = sbx_calloc(nn, sizeof(double)), *stat_dial = sbx_calloc(nn, sizeof(double));
   double *exec_kept = sbx_calloc(nn, sizeof(double)), *exec_dial = sbx_calloc(nn, sizeof(double));
@@ -271,10 +303,6 @@ int main(int argc, char **argv) {
   sbx_exec_opts eo = {.argv = argv_true};
   sbx_wire_file_info fi;
   int code;
-  /* warm up: the first dial learns the protocol version */
-  for (int i = 0; i < 20; i++)
-    if (sbx_sandbox_stat(s, "/", &fi, &err) < 0 || sbx_sandbox_run(s, &eo, NULL, NULL, &code, &err) < 0)
-      die("warm-up", &err);
   for (int i = 0; i < n; i++) {
     uint64_t t0 = sbx_now_ns();
     if (sbx_sandbox_stat(s, "/", &fi, &err) < 0) die("fs_stat", &err);
@@ -298,7 +326,15 @@ int main(int argc, char **argv) {
     report("exec kept", exec_kept, (size_t)n);
     report("exec dial-per-RPC", exec_dial, (size_t)n);
   }
+  sbx_free(stat_kept);
+  sbx_free(stat_dial);
+  sbx_free(exec_kept);
+  sbx_free(exec_dial);
+}
 
+/* fs_push then fs_pull of mib MiB, rounds times. */
+static void transfers(sbx_sandbox *s, int mib, int rounds) {
+  sbx_error err;
   size_t chunk_len = 1 << 20;
   char *chunk = sbx_malloc(chunk_len);
   for (size_t i = 0; i < chunk_len; i++) chunk[i] = (char)(i * 2654435761u >> 24); /* not all zeros */
@@ -321,16 +357,102 @@ int main(int argc, char **argv) {
     cpu_report("fs_push", &cpu_push, bytes * (uint64_t)rounds);
     cpu_report("fs_pull", &cpu_pull, bytes * (uint64_t)rounds);
   }
-
   sbx_sandbox_remove(s, "/tmp/bench-rpc", true, &err);
+  sbx_free(chunk);
+}
+
+/* --stat-only: n kept fs_stat round trips and nothing else, with the CPU
+ * time and the sleeps (voluntary context switches) of each process per
+ * RPC. The pids go to stderr first, for a `perf stat -p` or `strace -c -p`
+ * attached while it runs. */
+static void stat_only_run(sbx_sandbox *s, double *us, size_t n) {
+  sbx_wire_file_info fi;
+  sbx_error err;
+  silkd_scan scan;
+  silkd_list(&scan);
+  for (int i = 0; i < 200; i++)
+    if (sbx_sandbox_stat(s, "/", &fi, &err) < 0) die("fs_stat", &err);
+  pid_t silkd = sbxd.pid > 0 ? busiest_silkd(&scan) : -1;
+  fprintf(stderr, "bench-rpc: pids client %d sandboxd %d silkd %d\n", (int)getpid(), (int)sbxd.pid, (int)silkd);
+  pid_t pids[3] = {getpid(), sbxd.pid, silkd};
+  uint64_t cpu0[3], sw0[3];
+  for (int k = 0; k < 3; k++) cpu0[k] = proc_cpu_ns(pids[k]), sw0[k] = proc_ctxsw(pids[k]);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t t0 = sbx_now_ns();
+    if (sbx_sandbox_stat(s, "/", &fi, &err) < 0) die("fs_stat", &err);
+    us[i] = (double)(sbx_now_ns() - t0) / 1e3;
+  }
+  printf("bench-rpc: sandbox %s\n", sbx_sandbox_id(s));
+  report("fs_stat kept", us, n);
+  const char *names[3] = {"client", "sandboxd", "silkd"};
+  printf("per RPC:");
+  for (int k = 0; k < 3; k++) {
+    if (pids[k] <= 0) continue;
+    printf("  %s %.1f µs CPU, %.2f sleeps", names[k], (double)(proc_cpu_ns(pids[k]) - cpu0[k]) / 1e3 / (double)n,
+           (double)(proc_ctxsw(pids[k]) - sw0[k]) / (double)n);
+  }
+  printf("\n");
+}
+
+int main(int argc, char **argv) {
+  int n = 1000, mib = 128, rounds = 3;
+  bool stat_only = false;
+  const char *addr_arg = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
+      n = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
+      mib = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+      rounds = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--addr") == 0 && i + 1 < argc) {
+      addr_arg = argv[++i];
+    } else if (strcmp(argv[i], "--stat-only") == 0) {
+      stat_only = true;
+    } else {
+      fprintf(stderr, "usage: bench-rpc [-n SAMPLES] [--mib N] [--rounds R] [--addr ADDR] [--stat-only]\n");
+      return 2;
+    }
+  }
+  if (n < 0 || (stat_only && n == 0) || mib < 1 || rounds < 1 || rounds > BENCH_MAX_RUNS) return 2;
+  signal(SIGPIPE, SIG_IGN);
+  char addr[128];
+  if (addr_arg) {
+    snprintf(addr, sizeof addr, "%s", addr_arg);
+  } else if (start_daemon(addr, sizeof addr) < 0) {
+    return 1;
+  }
+  sbx_client_opts o = {.addr = addr, .token = getenv("SANDBOXD_TOKEN")};
+  sbx_client *c;
+  sbx_sandbox *s;
+  sbx_error err;
+  if (sbx_client_new(&o, &c, &err) < 0) die("client", &err);
+  sbx_claim_opts co = {.template_ = "host", .ttl_seconds = 900};
+  bool direct = strncmp(addr, "unix:", 5) == 0;
+  if (direct ? sbx_client_attach(c, "sb_bench", "bench", NULL, &s, &err) < 0
+             : sbx_client_claim(c, &co, &s, &err) < 0)
+    die("claim", &err);
+
+  /* warm up: the first dial learns the protocol version */
+  const char *argv_true[] = {"true", NULL};
+  sbx_exec_opts eo = {.argv = argv_true};
+  sbx_wire_file_info fi;
+  int code;
+  for (int i = 0; i < 20; i++)
+    if (sbx_sandbox_stat(s, "/", &fi, &err) < 0 || sbx_sandbox_run(s, &eo, NULL, NULL, &code, &err) < 0)
+      die("warm-up", &err);
+  if (stat_only) {
+    double *us = sbx_calloc((size_t)n, sizeof(double));
+    stat_only_run(s, us, (size_t)n);
+    sbx_free(us);
+  } else {
+    round_trips(s, addr, n);
+    transfers(s, mib, rounds);
+  }
+
   if (!direct) sbx_sandbox_release(s, &err);
   sbx_sandbox_free(s);
   sbx_client_free(c);
-  sbx_free(chunk);
-  sbx_free(stat_kept);
-  sbx_free(stat_dial);
-  sbx_free(exec_kept);
-  sbx_free(exec_dial);
   stop_daemon();
   return 0;
 }

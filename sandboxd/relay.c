@@ -88,6 +88,7 @@ struct relay {
     size_t held;  /* bytes waiting in the pipe or the buffer */
     size_t cap;
     bool in_eof;
+    bool in_dry;  /* the last read was short and small: the input is drained */
     struct event *rev, *wev;
   } c2g, g2c;
 };
@@ -252,6 +253,11 @@ static void upgrade_required(struct http_req *req, const char *proto) {
  * so they go out ahead of everything else with no special case. */
 
 #define RELAY_PIPE (1024 * 1024) /* F_SETPIPE_SZ; the default 64 KiB means 16x the splices */
+/* A read shorter than what was asked and than this found the input empty:
+ * one RPC frame. The read that would only say EAGAIN is skipped (epoll is
+ * level-triggered, so bytes that come later still wake the relay). Bulk
+ * reads are larger and keep looping, as more is likely queued behind them. */
+#define RELAY_SMALL (16 * 1024)
 
 static void fd_client_read(evutil_socket_t fd, short what, void *arg);
 static void fd_guest_read(evutil_socket_t fd, short what, void *arg);
@@ -282,11 +288,13 @@ static int pump(struct sdir *s) {
       memmove(s->buf, s->buf + s->off, s->held);
       s->off = 0;
     }
-    if (!s->in_eof && s->off + s->held < s->cap) {
+    if (!s->in_eof && !s->in_dry && s->off + s->held < s->cap) {
+      size_t room = s->cap - s->off - s->held;
       ssize_t n = take_in(s);
       if (n > 0) {
         s->held += (size_t)n;
         moved = true;
+        s->in_dry = (size_t)n < room && (size_t)n < RELAY_SMALL;
       } else if (n == 0) {
         s->in_eof = true;
       } else if (errno != EAGAIN && errno != EINTR) {
@@ -303,6 +311,7 @@ static int pump(struct sdir *s) {
       }
     }
     if (moved) continue;
+    s->in_dry = false;
     if (s->held == 0 && s->buf) { /* idle: give the buffer back */
       buf_put(s->buf);
       s->buf = NULL;

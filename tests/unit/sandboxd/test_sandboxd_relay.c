@@ -195,6 +195,59 @@ static void test_agent_relay(void **state) {
   close(fd);
 }
 
+/* Read until n reply lines have come; returns how many "stat" replies. */
+static int read_lines(int fd, int n) {
+  char buf[8192];
+  int lines = 0, stats = 0;
+  size_t got = 0;
+  while (lines < n) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    assert_int_equal(poll(&pf, 1, 10000), 1); /* a stall would hang here */
+    ssize_t r = read(fd, buf + got, sizeof buf - 1 - got);
+    assert_true(r > 0);
+    got += (size_t)r;
+    buf[got] = '\0';
+    char *nl;
+    while ((nl = strchr(buf, '\n'))) {
+      *nl = '\0';
+      lines++;
+      if (strstr(buf, "\"type\":\"stat\"")) stats++;
+      got -= (size_t)(nl + 1 - buf);
+      memmove(buf, nl + 1, got + 1);
+    }
+  }
+  return stats;
+}
+
+/* Small frames: a short read means the relay skips the read that would
+ * only say EAGAIN, so bytes that come a moment later (a frame split
+ * across writes), and several frames in one write, must still go through,
+ * both ways. */
+static void test_agent_relay_small_frames(void **state) {
+  struct sbxd_claim c;
+  claim(&c);
+  char buf[4096];
+  int fd = sbxd_agent_open(&P, &c, "silkd", "{\"v\":1,\"op\":\"info\"}\n", buf, sizeof buf);
+  const char part1[] = "{\"v\":1,\"op\":\"fs_", part2[] = "stat\",\"path\":\"/\"}\n";
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(write_all_fd(fd, part1, sizeof part1 - 1), 0);
+    usleep(20000);
+    assert_int_equal(write_all_fd(fd, part2, sizeof part2 - 1), 0);
+    assert_int_equal(read_lines(fd, 1), 1);
+  }
+  char burst[2048];
+  size_t bl = 0;
+  for (int i = 0; i < 10; i++)
+    bl += (size_t)snprintf(burst + bl, sizeof burst - bl, "{\"v\":1,\"op\":\"fs_stat\",\"path\":\"/\"}\n");
+  assert_int_equal(write_all_fd(fd, burst, bl), 0);
+  assert_int_equal(read_lines(fd, 10), 10);
+  for (int i = 0; i < 200; i++) {
+    assert_int_equal(write_all_fd(fd, burst, bl / 10), 0);
+    assert_int_equal(read_lines(fd, 1), 1);
+  }
+  close(fd);
+}
+
 static void test_agent_guest_eof_half_closes(void **state) {
   struct sbxd_claim c;
   claim(&c);
@@ -462,6 +515,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fd_exhaustion, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_relay_bulk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_relay_bulk, setup_nosplice, teardown),
+      cmocka_unit_test_setup_teardown(test_agent_relay_small_frames, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_relay, setup_nosplice, teardown),
       cmocka_unit_test_setup_teardown(test_agent_guest_eof_half_closes, setup_nosplice, teardown),
       cmocka_unit_test_setup_teardown(test_many_relays, setup_nosplice, teardown),
