@@ -20,6 +20,7 @@
 #include <sandbox/sandbox.h>
 
 #include "silkd.h"
+#include "zygote.h"
 
 struct silkd_state silkd;
 
@@ -35,6 +36,7 @@ static struct listener *listeners;
 static void usage(FILE *f) {
   fprintf(f,
           "usage: silkd [--listen ADDR]... [--log-level error|warn|info|debug] [--version]\n"
+          "       silkd --zygote fd:N   (the jail driver's: see docs/drivers.md)\n"
           "  ADDR: vsock:PORT (default vsock:2048, or $SILKD_PORT), unix:PATH, fd:N,\n"
           "        tcp:HOST:PORT, stdio\n");
 }
@@ -153,7 +155,7 @@ static void on_sigterm(evutil_socket_t fd, short what, void *arg) {
   _exit(0);
 }
 
-int main(int argc, char **argv) {
+int silkd_run(int argc, char **argv) {
   const char *addrs[64];
   size_t naddrs = 0;
   sbx_log_level level = SBX_LOG_INFO;
@@ -233,4 +235,11 @@ int main(int argc, char **argv) {
   proc_kill_all();
   session_kill_all();
   return 0;
+}
+
+int main(int argc, char **argv) {
+  /* Before anything else, so the zygote's children inherit no state of
+   * ours beyond what the C library and the constructors made. */
+  if (argc >= 2 && !strcmp(argv[1], "--zygote")) return silkd_zygote_main(argc, argv);
+  return silkd_run(argc, argv);
 }

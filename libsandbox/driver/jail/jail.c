@@ -69,6 +69,14 @@ static int jail_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
   /* SBX_JAIL_NETPOOL=N sets the stock (0 = off, to compare). */
   const char *np = getenv("SBX_JAIL_NETPOOL");
   if ((rc = jail_netpool_open(np ? strtoul(np, NULL, 10) : JAIL_NETPOOL_SIZE, &jd->netpool, err)) < 0) goto fail;
+  /* SBX_JAIL_ZYGOTE=0 turns the zygote off (to compare, or to rule it
+   * out); a silkd without the mode (or a stand-in) simply has none. */
+  const char *zy = getenv("SBX_JAIL_ZYGOTE");
+  if (jd->silkd_fd >= 0 && !(zy && strcmp(zy, "0") == 0)) {
+    sbx_error zerr = {0};
+    if (jail_zygote_open(jd->silkd_fd, jd->devnull_fd, &jd->zygote, &zerr) < 0)
+      sbx_debug("jail: no zygote, clones exec silkd: %s", zerr.msg);
+  }
   *out = &jd->base;
   return 0;
 fail:
@@ -78,6 +86,7 @@ fail:
 
 static void jail_close(sbx_driver *d) {
   jail_driver *jd = (jail_driver *)d;
+  jail_zygote_close(jd->zygote);
   jail_netpool_close(jd->netpool);
   if (jd->run_dirfd >= 0) close(jd->run_dirfd);
   if (jd->silkd_fd >= 0) close(jd->silkd_fd);
@@ -230,15 +239,26 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   unsigned long flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | SIGCHLD;
   if (ns.net < 0) flags |= CLONE_NEWNET;
   if (ns.ipc < 0) flags |= CLONE_NEWIPC;
-  pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
-  if (pid < 0) {
-    rc = sbx_err_os(err, errno, "clone");
-    goto fail;
+  /* silkd comes from the zygote when there is one: the same setup, then
+   * silkd's loop with no exec (zygote_serve.c). A zygote that died leaves
+   * this clone to the exec path and is restarted at the next destroy. */
+  bool zygote = false;
+  if (jd->zygote && !spec->init_argv) {
+    rc = jail_zygote_clone(jd->zygote, plan, flags & ~(unsigned long)SIGCHLD, &pid, err);
+    if (rc < 0) goto fail;
+    zygote = rc == 0;
   }
-  if (pid == 0) {
-    close(go[1]);
-    close(rep[0]);
-    jail_child(plan);
+  if (!zygote) {
+    pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
+    if (pid < 0) {
+      rc = sbx_err_os(err, errno, "clone");
+      goto fail;
+    }
+    if (pid == 0) {
+      close(go[1]);
+      close(rep[0]);
+      jail_child(plan);
+    }
   }
   close(go[0]);
   go[0] = -1;
@@ -325,9 +345,10 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   /* The child's setup runs alongside "clone and cgroups"; "go to exec" is
    * what it still needed once the parent was done. */
   sbx_debug("jail %s: prepare %.0f us, clone and cgroups %.0f us (cgroup attach %.0f us), go to exec %.0f us, "
-            "exec to ready %.0f us, pooled namespaces %s",
+            "exec to ready %.0f us, pooled namespaces %s, zygote %s",
             id, (double)(t_clone - t_start) / 1e3, (double)(t_go - t_clone) / 1e3, (double)(t_go - t_attach) / 1e3,
-            (double)(t_exec - t_go) / 1e3, (double)(sbx_now_ns() - t_exec) / 1e3, pooled ? "yes" : "no");
+            (double)(t_exec - t_go) / 1e3, (double)(sbx_now_ns() - t_exec) / 1e3, pooled ? "yes" : "no",
+            zygote ? "yes" : "no");
   *out = s;
   return 0;
 
@@ -427,6 +448,7 @@ int jail_destroy(sbx_instance *s, sbx_error *err) {
     /* The kernel tears the jail down meanwhile: a good moment to make the
      * namespaces the next clone will take, off its path. */
     jail_netpool_refill(jd->netpool);
+    if (jd->zygote && !jail_zygote_alive(jd->zygote)) jail_zygote_revive(jd->zygote, NULL);
     jail_wait(s, -1, NULL, NULL);
   }
   int rc = jail_cgroup_remove(jd->cg, s->hdr.id, err);

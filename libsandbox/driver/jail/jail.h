@@ -4,7 +4,11 @@
  * setup operations, bubblewrap style) before clone, so the child between
  * clone and execve only makes system calls on prepared data: no malloc, no
  * stdio, nothing that a fork of a threaded process must not do. The child
- * stops at the first operation that fails and reports which one. */
+ * stops at the first operation that fails and reports which one.
+ *
+ * silkd's pid 1 is normally cloned by the driver's zygote (zygote.c,
+ * zygote_serve.c): the same plan, sent over a socket, run by a child of an
+ * already started silkd, which then serves without an exec. */
 #ifndef SBX_JAIL_H
 #define SBX_JAIL_H
 
@@ -70,6 +74,7 @@ typedef struct jail_plan {
   int net_fd; /* a pooled network namespace to join, or -1: clone made one */
   int ipc_fd; /* the same for IPC */
   bool unshare_cgroup;
+  bool from_zygote; /* cloned by the zygote: see jail_child_setup */
   const struct sock_fprog *seccomp;
   uint64_t keep_caps; /* bit per capability kept */
   char *const *argv;
@@ -84,8 +89,14 @@ typedef struct jail_report {
   char what[JAIL_STR_MAX];
 } jail_report;
 
-/* setup.c: the child side. Never returns. */
+/* setup.c: the child side. jail_child never returns: it builds the jail
+ * and execs (argv, exec_fd). jail_child_setup does all but the exec (a
+ * failed step exits) and returns in the finished jail, fds 0-3 arranged and
+ * the report pipe at fd 5; jail_child_ready then closes that pipe, which the
+ * parent reads as "built", as it reads an exec's close-on-exec. */
 __attribute__((noreturn)) void jail_child(const jail_plan *p);
+void jail_child_setup(const jail_plan *p);
+void jail_child_ready(void);
 const char *jail_step_name(int step);
 
 /* cgroup.c */
@@ -111,6 +122,60 @@ void jail_netpool_refill(jail_netpool *np);
 size_t jail_netpool_count(jail_netpool *np);
 void jail_netpool_close(jail_netpool *np); /* destroys what is left */
 
+/* zygote.c (driver side) and zygote_serve.c (in silkd --zygote): a
+ * request is one SOCK_SEQPACKET message: a jail_zyg_req, then arena_len
+ * bytes of the plan's arena, then nfilter BPF instructions; the fds travel
+ * as SCM_RIGHTS, in the order of the set bits of fdmask. The reply is a
+ * jail_zyg_reply. */
+#define JAIL_ZYG_MAGIC 0x315a4a53u /* "SJZ1" */
+#define JAIL_ZYG_NOSTR UINT32_MAX  /* an op string that is "" */
+enum { ZFD_GO, ZFD_REPORT, ZFD_LISTEN, ZFD_STDIN, ZFD_STDOUT, ZFD_STDERR, ZFD_DEVNULL, ZFD_NET, ZFD_IPC, ZFD_COUNT };
+
+typedef struct jail_zyg_op {
+  uint32_t kind, src, target, data; /* offsets into the arena */
+  uint64_t flags;
+} jail_zyg_op;
+
+typedef struct jail_zyg_req {
+  uint32_t magic;
+  uint32_t nops, arena_len, nfilter;
+  uint64_t clone_flags; /* namespaces only: the zygote adds CLONE_PARENT */
+  uint64_t keep_caps;
+  int32_t nice; /* of the thread asking, which the child takes, as a fork from it would */
+  uint32_t fdmask;
+  uint32_t unshare_cgroup;
+  char hostname[64];
+  jail_zyg_op ops[JAIL_OPS_MAX];
+} jail_zyg_req;
+
+/* The zygote's first message: a silkd from another build (another request
+ * layout) is not used. */
+typedef struct jail_zyg_hello {
+  uint32_t magic;
+  uint32_t req_size; /* sizeof(jail_zyg_req) */
+  uint32_t ops_max, arena_max;
+} jail_zyg_hello;
+
+typedef struct jail_zyg_reply {
+  int32_t pid;   /* > 0: the child, which is the driver's own (CLONE_PARENT) */
+  int32_t errnum;
+} jail_zyg_reply;
+
+typedef struct jail_zygote jail_zygote;
+/* Starts silkd --zygote from silkd_fd and waits for its greeting; fails
+ * (and leaves nothing running) if that silkd has no zygote mode. */
+int jail_zygote_open(int silkd_fd, int devnull_fd, jail_zygote **out, sbx_error *err);
+void jail_zygote_close(jail_zygote *z);
+/* The zygote died (a request failed on its socket): reaped, and restarted
+ * by jail_zygote_revive. */
+bool jail_zygote_alive(jail_zygote *z);
+int jail_zygote_revive(jail_zygote *z, sbx_error *err);
+/* Clones the plan's pid 1 through the zygote. 0 and *pid; < 0 the clone
+ * failed (err); JAIL_ZYGOTE_GONE: the zygote is gone, nothing was started,
+ * the caller clones directly. */
+#define JAIL_ZYGOTE_GONE 1
+int jail_zygote_clone(jail_zygote *z, const jail_plan *p, unsigned long ns_flags, pid_t *pid, sbx_error *err);
+
 /* seccomp.c */
 int jail_seccomp_build(struct sock_fprog *out, sbx_error *err);
 void jail_seccomp_free(struct sock_fprog *prog);
@@ -135,6 +200,7 @@ typedef struct jail_driver {
   int devnull_fd;
   jail_cgroup *cg;
   jail_netpool *netpool; /* NULL: each clone makes its own */
+  jail_zygote *zygote;   /* NULL: each clone execs silkd */
   struct sock_fprog seccomp;
   uint64_t caps;
 } jail_driver;

@@ -290,14 +290,24 @@ static void drop_caps(uint64_t keep) {
   if (syscall(SYS_capset, &h, d) < 0) fail(STEP_CAPS, errno, "capset");
 }
 
-void jail_child(const jail_plan *p) {
+void jail_child_setup(const jail_plan *p) {
   report_fd = p->report_fd;
 
-  sigset_t all;
-  sigemptyset(&all);
-  sigprocmask(SIG_SETMASK, &all, NULL);
-  for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
-  setsid();
+  /* Out of the host's session and process group, so no host terminal is
+   * ours and no signal to a host group reaches us; no handler or mask of
+   * the parent's stays. A zygote did all that once for itself (it leads a
+   * session with no terminal, its dispositions are the defaults): a
+   * process group of our own is then enough, and setsid's new scheduler
+   * autogroup (~270 us here) and 64 sigactions are saved. */
+  if (p->from_zygote) {
+    setpgid(0, 0);
+  } else {
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
+    setsid();
+  }
 
   /* Pooled network and IPC namespaces are fresh, empty and ours alone
    * (see netpool.c); lo is already up. */
@@ -329,6 +339,17 @@ void jail_child(const jail_plan *p) {
   drop_caps(p->keep_caps);
   if (p->seccomp && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p->seccomp) < 0)
     fail(STEP_SECCOMP, errno, NULL);
+}
+
+void jail_child_ready(void) {
+  /* The parent reads the report pipe to its end: with no exec to close it,
+   * closing it says the jail is built. */
+  close(report_fd);
+  report_fd = -1;
+}
+
+void jail_child(const jail_plan *p) {
+  jail_child_setup(p);
   if (p->exec_fd >= 0)
     syscall(SYS_execveat, 4, "", p->argv, p->envp, AT_EMPTY_PATH);
   else

@@ -147,6 +147,9 @@ static inline int jt_run(jt *t, const char *id, const char *script, char *out, s
  * progress. A test program calls this first thing in main and is then
  * given as silkd_path (/proc/self/exe). */
 static inline int jt_fake_agent_main(int argc, char **argv) {
+  /* The stand-in has no zygote mode: the driver sees it exit without a
+   * greeting and execs it per clone, which the stand-in tests then cover. */
+  if (argc >= 2 && strcmp(argv[1], "--zygote") == 0) _exit(2);
   if (argc < 3 || strcmp(argv[1], "--listen") != 0 || strcmp(argv[2], "fd:3") != 0) return -1;
   static const char info[] = "{\"type\":\"info\",\"version\":\"fake\",\"proto\":2,\"uptime_secs\":0,\"procs\":0,\"sessions\":0}\n";
   for (;;) {

@@ -1,0 +1,329 @@
+/* The jail zygote (libsandbox/driver/jail/zygote*.c, silkd --zygote): a
+ * silkd cloned from it must be the same pid 1 as an exec'd one (status,
+ * capabilities, seccomp, fds, cmdline), must carry nothing of the other
+ * jails' requests, and a dead zygote must cost nothing but speed: clones
+ * fall back to exec and the next destroy starts a new zygote. */
+#include <dirent.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+
+#include <sandbox/agent.h>
+
+#include "jail_test.h"
+
+#define CYCLES 200
+
+static jt T;
+
+static int setup(void **state) {
+  (void)state;
+  if (access(SBX_BUILD_BIN_DIR "/silkd", X_OK) != 0) {
+    fprintf(stderr, "silkd not built at %s\n", SBX_BUILD_BIN_DIR "/silkd");
+    return -1;
+  }
+  unsetenv("SBX_JAIL_ZYGOTE");
+  return jt_open(&T) < 0 ? -1 : 0;
+}
+static int teardown(void **state) {
+  (void)state;
+  jt_close(&T);
+  return 0;
+}
+
+/* The zygote: our child whose cmdline is "silkd --zygote ...". */
+static pid_t zygote_pid(void) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  pid_t found = -1;
+  int pid;
+  while (found < 0 && fscanf(f, "%d", &pid) == 1) {
+    char cp[64], cmd[256];
+    snprintf(cp, sizeof cp, "/proc/%d/cmdline", pid);
+    FILE *c = fopen(cp, "r");
+    if (!c) continue;
+    size_t n = fread(cmd, 1, sizeof cmd - 1, c);
+    fclose(c);
+    cmd[n] = '\0';
+    if (n > 6 && strcmp(cmd + strlen(cmd) + 1, "--zygote") == 0) found = pid;
+  }
+  fclose(f);
+  return found;
+}
+
+static int count_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL)
+    if (de->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+static sbx_instance *clone_silkd(const char *id) {
+  sbx_error err = {0};
+  sbx_clone_spec spec;
+  sbx_clone_spec_init(&spec);
+  spec.id = id;
+  sbx_instance *s = NULL;
+  if (sbx_sandbox_clone(T.drv, T.golden, &spec, &s, &err) < 0) fail_msg("clone %s: %s", id, err.msg);
+  return s;
+}
+
+static void destroy(sbx_instance *s) {
+  sbx_error err = {0};
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
+/* Runs script through the jail's silkd; its stdout, and its code. */
+static int run_in(sbx_instance *s, const char *script, char *out, size_t cap) {
+  sbx_error err = {0};
+  int fd = -1;
+  assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
+  sbx_agent *a = NULL;
+  assert_int_equal(sbx_agent_open(fd, &a, &err), 0);
+  sbx_agent_set_timeout(a, 60000);
+  sbx_buf o = SBX_BUF_INIT(1 << 20), e = SBX_BUF_INIT(1 << 20);
+  const char *argv[] = {"/bin/sh", "-c", script, NULL};
+  int code = -1000;
+  if (sbx_agent_run(a, argv, &o, &e, &code, &err) < 0) fail_msg("exec: %s", err.msg);
+  snprintf(out, cap, "%s", o.ptr ? o.ptr : "");
+  sbx_buf_free(&o);
+  sbx_buf_free(&e);
+  sbx_agent_close(a);
+  return code;
+}
+
+/* What pid 1 is, with the numbers that differ from run to run (socket
+ * inodes, pids of the probe) left out. */
+static const char probe[] =
+    "tr '\\0' ' ' </proc/1/cmdline; echo; cat /proc/1/comm; "
+    "grep -E '^(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|Cap[A-Za-z]+|NSpid|PPid|Nice)' /proc/1/status; "
+    "for f in /proc/1/fd/*; do echo \"${f##*/} $(readlink $f | sed 's/[[0-9]*]//')\"; done; "
+    "cat /proc/1/environ | tr '\\0' '\\n'; readlink /proc/1/root /proc/1/cwd; hostname; ls /";
+
+static void test_zygote_pid1_same_as_exec(void **state) {
+  (void)state;
+  assert_true(zygote_pid() > 0);
+  char a[8192], b[8192];
+  sbx_instance *s = clone_silkd("zy-same");
+  assert_int_equal(run_in(s, probe, a, sizeof a), 0);
+  destroy(s);
+  assert_non_null(strstr(a, "silkd --listen fd:3 \nsilkd\n"));
+  assert_non_null(strstr(a, "NoNewPrivs:\t1"));
+  assert_non_null(strstr(a, "Seccomp:\t2"));
+
+  /* the same driver with the zygote off */
+  jt_close(&T);
+  setenv("SBX_JAIL_ZYGOTE", "0", 1);
+  assert_int_equal(jt_open(&T), 0);
+  unsetenv("SBX_JAIL_ZYGOTE");
+  assert_true(zygote_pid() < 0);
+  s = clone_silkd("zy-same");
+  assert_int_equal(run_in(s, probe, b, sizeof b), 0);
+  destroy(s);
+  jt_close(&T);
+  assert_int_equal(jt_open(&T), 0);
+  if (strcmp(a, b) != 0) fail_msg("zygote:\n%s\nexec:\n%s", a, b);
+}
+
+/* silkd's own threads (fs_pull's tar worker) work in a child of the
+ * zygote: glibc there runs on the zygote's thread state, fixed up after a
+ * raw clone (tid, robust list). */
+static void test_zygote_silkd_threads(void **state) {
+  (void)state;
+  sbx_instance *s = clone_silkd("zy-threads");
+  sbx_error err = {0};
+  int fd = -1;
+  assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
+  sbx_agent *a = NULL;
+  assert_int_equal(sbx_agent_open(fd, &a, &err), 0);
+  sbx_agent_set_timeout(a, 60000);
+  for (int round = 0; round < 3; round++) {
+    sbx_wire_req req;
+    memset(&req, 0, sizeof req);
+    req.op = SBX_OP_FS_PULL;
+    req.u.fs_pull.path = "/etc/hostname";
+    assert_int_equal(sbx_agent_send(a, &req, &err), 0);
+    size_t total = 0;
+    const void *data;
+    size_t n;
+    int rc;
+    while ((rc = sbx_agent_next_data(a, &data, &n, &err)) == 1) total += n;
+    if (rc != 0) fail_msg("fs_pull: %s", err.msg);
+    assert_true(total >= 1024); /* a tar: header, the file, end blocks */
+  }
+  sbx_agent_close(a);
+  char out[256];
+  assert_int_equal(run_in(s, "echo still", out, sizeof out), 0);
+  assert_string_equal(out, "still\n");
+  destroy(s);
+}
+
+/* A jail's pid 1 holds no trace of the requests the zygote served, its
+ * own or other jails': no host path of the driver's (the run directory)
+ * and no other jail's id, in any memory it can read. Each needle is split
+ * in the script, which silkd itself holds. */
+static void test_zygote_child_holds_no_request(void **state) {
+  (void)state;
+  sbx_instance *first = clone_silkd("zy-marker-7f3a");
+  sbx_instance *s = clone_silkd("zy-look");
+  size_t half = strlen(T.run_dir) / 2;
+  char script[2048], out[4096];
+  snprintf(script, sizeof script,
+           "exec python3 -c '\n"
+           "needles = [b\"zy-marker-\" + b\"7f3a\", b\"%.*s\" + b\"%s\"]\n"
+           "hits = [0, 0]\n"
+           "mem = open(\"/proc/1/mem\", \"rb\")\n"
+           "for line in open(\"/proc/1/maps\"):\n"
+           "    addr, perms = line.split()[:2]\n"
+           "    if perms[0] != \"r\" or \"[vvar\" in line or \"[vsyscall\" in line: continue\n"
+           "    lo, hi = (int(x, 16) for x in addr.split(\"-\"))\n"
+           "    if hi - lo > 1 << 32: continue\n" /* a sanitizer's shadow: reserved, never the heap */
+           "    tail = b\"\"\n"
+           "    for off in range(lo, hi, 1 << 20):\n" /* in pieces: a sanitizer's mappings are large */
+           "        mem.seek(off)\n"
+           "        try: data = tail + mem.read(min(1 << 20, hi - off))\n"
+           "        except OSError: break\n"
+           "        for i, n in enumerate(needles): hits[i] += data.count(n)\n"
+           "        tail = data[-128:]\n"
+           "print(\"hits\", hits)\n"
+           "'",
+           (int)half, T.run_dir, T.run_dir + half);
+  int code = run_in(s, script, out, sizeof out);
+  if (code != 0) fail_msg("probe exited %d: %s", code, out);
+  assert_string_equal(out, "hits [0, 0]\n");
+  destroy(s);
+  destroy(first);
+}
+
+#if defined(__x86_64__)
+/* The stack protector value of a process (at %fs:0x28), read from the
+ * host with ptrace. */
+static uint64_t canary_of(pid_t pid) {
+  assert_int_equal(ptrace(PTRACE_ATTACH, pid, NULL, NULL), 0);
+  int st;
+  assert_int_equal(waitpid(pid, &st, __WALL), pid);
+  struct user_regs_struct regs;
+  assert_int_equal(ptrace(PTRACE_GETREGS, pid, NULL, &regs), 0);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  uint64_t v = 0;
+  assert_int_equal(pread(fd, &v, sizeof v, (off_t)(regs.fs_base + 0x28)), (ssize_t)sizeof v);
+  close(fd);
+  assert_int_equal(ptrace(PTRACE_DETACH, pid, NULL, NULL), 0);
+  return v;
+}
+
+/* Each jail's silkd has a stack protector value of its own, not the
+ * zygote's (which every fork would otherwise share). */
+static void test_zygote_children_have_own_canary(void **state) {
+  (void)state;
+  pid_t z = zygote_pid();
+  assert_true(z > 0);
+  sbx_instance *a = clone_silkd("zy-canary-a"), *b = clone_silkd("zy-canary-b");
+  uint64_t cz = canary_of(z), ca = canary_of(sbx_instance_pid(a)), cb = canary_of(sbx_instance_pid(b));
+  assert_true(cz != 0 && ca != 0 && cb != 0);
+  assert_true(ca != cz && cb != cz && ca != cb);
+  char out[64];
+  assert_int_equal(run_in(a, "echo ok", out, sizeof out), 0); /* still serving after the stop */
+  destroy(b);
+  destroy(a);
+}
+#endif
+
+/* A killed zygote: the sandboxes it made live on (they are the driver's
+ * children), the next clone execs silkd instead, its destroy starts a new
+ * zygote, and the clone after that uses it. */
+static void test_dead_zygote_falls_back_and_restarts(void **state) {
+  (void)state;
+  pid_t z = zygote_pid();
+  assert_true(z > 0);
+  sbx_instance *before = clone_silkd("zy-before");
+  kill(z, SIGKILL);
+  /* the driver reaps it when it finds it dead; wait only for its death */
+  for (int i = 0; i < 200; i++) {
+    char p[64], st[256] = "";
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)z);
+    FILE *f = fopen(p, "r");
+    if (!f) break;
+    size_t n = fread(st, 1, sizeof st - 1, f);
+    fclose(f);
+    st[n] = '\0';
+    char *rp = strrchr(st, ')');
+    if (rp && rp[2] == 'Z') break;
+    usleep(10000);
+  }
+  char out[4096];
+  assert_int_equal(run_in(before, "echo alive", out, sizeof out), 0);
+  assert_string_equal(out, "alive\n");
+  destroy(before);
+  /* The session of pid 1 tells the paths apart: exec'd, it leads its own
+   * (1); from the zygote, it is in the zygote's, which has no pid inside (0). */
+  sbx_instance *s = clone_silkd("zy-fallback");
+  assert_int_equal(run_in(s, "tr '\\0' ' ' </proc/1/cmdline; cut -d' ' -f6 /proc/1/stat", out, sizeof out), 0);
+  assert_string_equal(out, "silkd --listen fd:3 1\n");
+  destroy(s);
+  pid_t z2 = zygote_pid();
+  assert_true(z2 > 0);
+  assert_int_not_equal(z2, z);
+  s = clone_silkd("zy-again");
+  assert_int_equal(run_in(s, "cut -d' ' -f6 /proc/1/stat", out, sizeof out), 0);
+  assert_string_equal(out, "0\n");
+  destroy(s);
+  assert_int_equal(zygote_pid(), z2);
+}
+
+/* Many clones through the zygote leave nothing behind, in the driver's
+ * process or in the zygote: fds, children, mounts, run directories. */
+static void test_zygote_cycles_leave_nothing(void **state) {
+  (void)state;
+  pid_t z = zygote_pid();
+  assert_true(z > 0);
+  char zfd[64];
+  snprintf(zfd, sizeof zfd, "/proc/%d/fd", (int)z);
+  sbx_instance *warm = clone_silkd("zy-warm");
+  destroy(warm);
+  int fds0 = count_dir("/proc/self/fd"), zfds0 = count_dir(zfd), scratch0 = count_dir(T.run_dir);
+  int mounts0 = 0;
+  char line[4096];
+  FILE *f = fopen("/proc/self/mountinfo", "r");
+  while (fgets(line, sizeof line, f)) mounts0++;
+  fclose(f);
+  for (int i = 0; i < CYCLES; i++) {
+    char id[32];
+    snprintf(id, sizeof id, "zy-cycle-%d", i);
+    sbx_instance *s = clone_silkd(id);
+    destroy(s);
+  }
+  int mounts1 = 0;
+  f = fopen("/proc/self/mountinfo", "r");
+  while (fgets(line, sizeof line, f)) mounts1++;
+  fclose(f);
+  assert_int_equal(zygote_pid(), z);
+  assert_int_equal(count_dir("/proc/self/fd"), fds0);
+  assert_int_equal(count_dir(zfd), zfds0);
+  assert_int_equal(count_dir(T.run_dir), scratch0);
+  assert_int_equal(mounts1, mounts0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_zygote_pid1_same_as_exec),
+      cmocka_unit_test(test_zygote_child_holds_no_request),
+      cmocka_unit_test(test_zygote_silkd_threads),
+#if defined(__x86_64__)
+      cmocka_unit_test(test_zygote_children_have_own_canary),
+#endif
+      cmocka_unit_test(test_dead_zygote_falls_back_and_restarts),
+      cmocka_unit_test(test_zygote_cycles_leave_nothing),
+  };
+  return cmocka_run_group_tests_name("jail_zygote", tests, setup, teardown);
+}
