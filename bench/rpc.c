@@ -1,6 +1,6 @@
 /* bench/rpc: the data plane through sandboxd's relay.
  *
- *   bench-rpc [-n SAMPLES] [--mib N] [--rounds R] [--addr ADDR]
+ *   bench-rpc [-n SAMPLES] [--mib N] [--rounds R] [--addr ADDR] [--no-handoff]
  *
  * Without --addr it starts build/bin/sandboxd (next to this binary) with the
  * jail driver on a free port and a temporary data_dir (needs root), claims
@@ -19,7 +19,9 @@
  * much less.
  * With --addr, the node at ADDR is used (SANDBOXD_TOKEN as the node token);
  * --addr unix:PATH talks to a silkd socket directly, which separates the
- * relay's share from silkd's. */
+ * relay's share from silkd's. --no-handoff starts sandboxd with
+ * relay_handoff false, so it relays agent upgrades instead of passing the
+ * client socket to silkd (A/B of the two paths). */
 #include <dirent.h>
 #include <ftw.h>
 #include <limits.h>
@@ -37,10 +39,13 @@
 #include "bench_util.h"
 
 static bench_daemon sbxd;
+static bool no_handoff;
 
 static int start_daemon(char *addr, size_t addr_len) {
-  const char *cfg = "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DIR@/data\",\"driver\":\"jail\","
-                    "\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
+  const char *cfg = no_handoff ? "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DIR@/data\",\"driver\":\"jail\","
+                                 "\"relay_handoff\":false,\"pools\":[{\"template\":\"host\",\"warm\":1}]}"
+                               : "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DIR@/data\",\"driver\":\"jail\","
+                                 "\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
   if (bench_daemon_start(&sbxd, "bench-rpc", cfg, NULL, NULL) < 0) return -1;
   snprintf(addr, addr_len, "127.0.0.1:%d", sbxd.port);
   return 0;
@@ -409,8 +414,10 @@ int main(int argc, char **argv) {
       addr_arg = argv[++i];
     } else if (strcmp(argv[i], "--stat-only") == 0) {
       stat_only = true;
+    } else if (strcmp(argv[i], "--no-handoff") == 0) {
+      no_handoff = true;
     } else {
-      fprintf(stderr, "usage: bench-rpc [-n SAMPLES] [--mib N] [--rounds R] [--addr ADDR] [--stat-only]\n");
+      fprintf(stderr, "usage: bench-rpc [-n SAMPLES] [--mib N] [--rounds R] [--addr ADDR] [--stat-only] [--no-handoff]\n");
       return 2;
     }
   }

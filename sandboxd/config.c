@@ -291,6 +291,7 @@ static struct config *config_new(void) {
   c->listen_port = 7777;
   c->driver = sbx_strdup("auto");
   c->max_fork_count = 16;
+  c->relay_handoff = true;
   return c;
 }
 
@@ -528,6 +529,8 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
       rc = get_bool(v, k, &c->sync_claims, errbuf, errlen);
     } else if (strcmp(k, "audit_log") == 0) {
       rc = get_bool(v, k, &c->audit_log, errbuf, errlen);
+    } else if (strcmp(k, "relay_handoff") == 0) {
+      rc = get_bool(v, k, &c->relay_handoff, errbuf, errlen);
     } else if (strcmp(k, "jail") == 0) {
       rc = parse_jail(c, v, errbuf, errlen);
     } else if (strcmp(k, "qemu") == 0) {

@@ -42,6 +42,9 @@ struct config {
   int release_delay_seconds;
   bool sync_claims;
   bool audit_log;
+  /* Agent upgrades over a Unix agent channel pass the client socket to
+   * silkd instead of relaying it (relay.c); false keeps the relay. */
+  bool relay_handoff;
   char *jail_scratch_dir;
   char *jail_cgroup_root;
   char *jail_seccomp;

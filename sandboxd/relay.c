@@ -5,8 +5,10 @@
  * buffer the other, see "the fd relay" below); the port relay, and the
  * silkd relay when no pipe or descriptor can be had, use bufferevents with
  * backpressure: a side stops reading while the other side has more than
- * RELAY_HIGH bytes queued. Every relay is on d->relays so a release or a
- * shutdown can force-close it. */
+ * RELAY_HIGH bytes queued. When the agent channel is a Unix socket the
+ * client's socket is handed to silkd instead (see "the handoff" below).
+ * Every relay and handoff is on d->relays so a release or a shutdown can
+ * force-close it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -91,6 +94,11 @@ struct relay {
     bool in_dry;  /* the last read was short and small: the input is drained */
     struct event *rev, *wev;
   } c2g, g2c;
+  /* Handoff: silkd serves the client socket; we keep a duplicate of it and
+   * the carrier it went over, whose EOF says silkd is done with it. */
+  bool handoff;
+  int hfd, carrier;
+  struct event *hev; /* the carrier's EOF, then the drain reads on hfd */
 };
 
 static void relay_free(struct relay *r) {
@@ -113,6 +121,14 @@ static void relay_free(struct relay *r) {
     }
     close(r->c2g.in);
     close(r->c2g.out);
+  }
+  if (r->handoff) {
+    if (r->hev) event_free(r->hev);
+    /* silkd's copy of the socket ends with ours: a release or a shutdown
+     * must cut the client off, not just drop a reference. */
+    shutdown(r->hfd, SHUT_RDWR);
+    close(r->hfd);
+    close(r->carrier);
   }
   sbx_lease *l = sbx_lease_find(d->leases, r->id);
   if (l && l->holds > 0) l->holds--;
@@ -374,25 +390,128 @@ static void fd_guest_write(evutil_socket_t fd, short what, void *arg) { fd_c2g(a
 static void fd_guest_read(evutil_socket_t fd, short what, void *arg) { fd_g2c(arg); }
 static void fd_client_write(evutil_socket_t fd, short what, void *arg) { fd_g2c(arg); }
 
-/* Take the connection over with splice; false (nothing done) when this
- * relay cannot be spliced, so the caller uses bufferevents. */
-static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int gfd) {
-  if (getenv("SANDBOXD_NO_SPLICE")) return false;
-  int cp[2];
+/* ---- the handoff ----
+ * With a Unix agent channel the client's TCP socket itself goes to silkd
+ * (SCM_RIGHTS) after the 101, and silkd serves it like any connection:
+ * sandboxd leaves the data path, so an RPC wakes only the client and
+ * silkd. The carrier is one sendmsg on the fresh agent connection: the fd,
+ * a marker byte 0x00 (never the start of a frame) and the pipelined bytes,
+ * then SHUT_WR, which ends the pipelined bytes for silkd. sandboxd keeps a
+ * duplicate of the socket and the carrier: silkd keeps its end of the
+ * carrier until it is done with the client, so the carrier's EOF is the
+ * "guest ended" of §4.21 (half-close, discard during the drain grace)
+ * with no wakeup per RPC; a release or a shutdown shuts the socket down,
+ * which ends silkd's copy too. */
+#define HANDOFF_MAX (64 * 1024) /* pipelined bytes one carrier takes; silkd's cap */
+
+static bool agent_is_unix(int fd) {
+  int dom = 0;
+  socklen_t len = sizeof dom;
+  return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) == 0 && dom == AF_UNIX;
+}
+
+static void ho_drain_read(evutil_socket_t fd, short what, void *arg) {
+  struct relay *r = arg;
+  char buf[16384];
+  ssize_t n;
+  while ((n = recv(r->hfd, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
+  }
+  if (n == 0 || (errno != EAGAIN && errno != EINTR)) relay_free(r);
+}
+
+static void ho_carrier_read(evutil_socket_t fd, short what, void *arg) {
+  struct relay *r = arg;
+  char b[64];
+  ssize_t n = recv(r->carrier, b, sizeof b, MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return; /* silkd sends nothing here */
+  /* silkd is done with the client: from here on it is the relay's drain. */
+  event_free(r->hev);
+  shutdown(r->hfd, SHUT_WR);
+  r->hev = event_new(r->d->base, r->hfd, EV_READ | EV_PERSIST, ho_drain_read, r);
+  event_add(r->hev, NULL);
+  struct timeval tv = {DRAIN_GRACE_S, 0};
+  evtimer_add(r->timer, &tv);
+  ho_drain_read(r->hfd, EV_READ, r);
+}
+
+/* 0: the connection went to silkd (or is gone); 1: use the fd relay, with
+ * the first *head_sent bytes of the 101 already out. */
+static int handoff(struct sbxd *d, sbx_lease *l, int cfd, int gfd, struct evbuffer *pipelined, size_t *head_sent) {
+  ssize_t w = send(cfd, AGENT_101, sizeof AGENT_101 - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (w < 0 && errno != EAGAIN && errno != EINTR) goto drop; /* the client is gone */
+  *head_sent = w > 0 ? (size_t)w : 0;
+  if (*head_sent != sizeof AGENT_101 - 1) return 1;
+  static const char mark = 0;
+  size_t n = evbuffer_get_length(pipelined);
+  struct iovec iov[2] = {{(void *)&mark, 1}, {n ? evbuffer_pullup(pipelined, (ssize_t)n) : NULL, n}};
+  union {
+    struct cmsghdr h;
+    char b[CMSG_SPACE(sizeof(int))];
+  } u;
+  memset(&u, 0, sizeof u);
+  struct msghdr m = {.msg_iov = iov, .msg_iovlen = n ? 2 : 1, .msg_control = u.b, .msg_controllen = sizeof u.b};
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(h), &cfd, sizeof cfd);
+  /* A fresh Unix socket takes 64 KiB in one skb: all or nothing. */
+  ssize_t s = sendmsg(gfd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (s < 0) return 1;
+  if ((size_t)s != n + 1) {
+    sbx_warn("agent %s: handoff carrier cut short (%zd of %zu bytes)", l->id, s, n + 1);
+    shutdown(cfd, SHUT_RDWR);
+    goto drop;
+  }
+  shutdown(gfd, SHUT_WR);
+  struct relay *r = sbx_calloc(1, sizeof *r);
+  r->d = d;
+  r->handoff = true;
+  r->hfd = cfd;
+  r->carrier = gfd;
+  snprintf(r->id, sizeof r->id, "%s", l->id);
+  r->hev = event_new(d->base, gfd, EV_READ | EV_PERSIST, ho_carrier_read, r);
+  r->timer = evtimer_new(d->base, drain_timeout, r);
+  event_add(r->hev, NULL);
+  r->next = d->relays;
+  if (d->relays) d->relays->prev = r;
+  d->relays = r;
+  l->holds++;
+  return 0;
+drop:
+  close(cfd);
+  close(gfd);
+  return 0;
+}
+
+static bool relay_pipe(int cp[2], size_t pending) {
   if (pipe2(cp, O_CLOEXEC | O_NONBLOCK) < 0) return false;
   fcntl(cp[1], F_SETPIPE_SZ, RELAY_PIPE); /* a smaller pipe only means more splices */
   /* The pipelined bytes must fit in the client->guest pipe. */
   int cap = fcntl(cp[1], F_GETPIPE_SZ);
-  if (cap < 0 || http_pending_len(req) > (size_t)cap) {
+  if (cap < 0 || pending > (size_t)cap) {
     close(cp[0]), close(cp[1]);
     return false;
   }
+  return true;
+}
+
+/* Take the connection over: hand it to silkd, else splice it; false
+ * (nothing done) when neither can be done, so the caller uses
+ * bufferevents. */
+static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int gfd) {
+  if (getenv("SANDBOXD_NO_SPLICE")) return false;
+  bool ho = d->cfg->relay_handoff && http_pending_len(req) <= HANDOFF_MAX && agent_is_unix(gfd);
+  /* The handoff needs no pipe; its fallback makes one then (the pipelined
+   * bytes, at most HANDOFF_MAX, fit any pipe). */
+  int cp[2] = {-1, -1};
+  if (!ho && !relay_pipe(cp, http_pending_len(req))) return false;
   /* http_detach dups the client fd and closes the connection if that
    * fails, with no answer. Out of descriptors, fall back to bufferevents
    * (which need none) instead: the dup gets the one held here. */
   int spare = fcntl(gfd, F_DUPFD_CLOEXEC, 0);
   if (spare < 0) {
-    close(cp[0]), close(cp[1]);
+    if (cp[0] >= 0) close(cp[0]), close(cp[1]);
     return false;
   }
   close(spare);
@@ -401,11 +520,26 @@ static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int
   int cfd = http_detach(req, pipelined, &eof);
   if (cfd < 0) {
     evbuffer_free(pipelined);
-    close(cp[0]), close(cp[1]);
+    if (cp[0] >= 0) close(cp[0]), close(cp[1]);
     close(gfd);
     return true; /* the client is gone: nothing more to do */
   }
   evutil_make_socket_nonblocking(cfd);
+  size_t head_sent = 0;
+  /* A client that already ended its stream gets the relay, which sends its
+   * bytes and then closes the guest connection (§4.21). */
+  if (ho && !eof && handoff(d, l, cfd, gfd, pipelined, &head_sent) == 0) {
+    evbuffer_free(pipelined);
+    return true;
+  }
+  if (cp[0] < 0 && !relay_pipe(cp, evbuffer_get_length(pipelined))) {
+    evbuffer_free(pipelined);
+    shutdown(cfd, SHUT_RDWR);
+    close(cfd);
+    close(gfd);
+    return true;
+  }
+  int cap = fcntl(cp[1], F_GETPIPE_SZ);
   evutil_make_socket_nonblocking(gfd);
   int sb = RELAY_GUEST_SNDBUF; /* FORCE passes net.core.wmem_max (root); else capped there */
   if (setsockopt(gfd, SOL_SOCKET, SO_SNDBUFFORCE, &sb, sizeof sb) < 0)
@@ -426,8 +560,8 @@ static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int
   d->relays = r;
   l->holds++;
   r->g2c.buf = buf_get();
-  memcpy(r->g2c.buf, AGENT_101, sizeof AGENT_101 - 1);
-  r->g2c.held = sizeof AGENT_101 - 1;
+  memcpy(r->g2c.buf, AGENT_101 + head_sent, sizeof AGENT_101 - 1 - head_sent);
+  r->g2c.held = sizeof AGENT_101 - 1 - head_sent;
   size_t n = evbuffer_get_length(pipelined);
   int rc = 0;
   for (size_t off = 0; rc == 0 && off < n;) {

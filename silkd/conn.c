@@ -7,12 +7,21 @@
  * exactly as the spec orders. Everything an RPC does to the connection from
  * inside a send (a write failure) is deferred to c->kick, so an RPC is never
  * re-entered from its own call.
+ *
+ * A Unix connection whose first bytes come with a descriptor (SCM_RIGHTS)
+ * is a handoff carrier from sandboxd (relay.c): a client socket that
+ * already got its 101, a marker byte 0x00 and the bytes the client
+ * pipelined, up to the carrier's EOF. The socket then becomes a connection
+ * of its own that reads those bytes first; the carrier stays open until
+ * that connection ends, as sandboxd's signal to take the socket back.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "silkd.h"
@@ -40,6 +49,12 @@ struct conn {
   bool pumping;
   bool is_stdio;
   bool big_sndbuf; /* SO_SNDBUF raised, at the first bulk frame */
+  bool unix_first; /* a Unix socket not read yet: it may be a carrier */
+  bool carrier;    /* reading a carrier's pipelined bytes into carry */
+  bool adopted;    /* fd_in came over a carrier */
+  int carry_fd;    /* carrier: the socket it carries; adopted: the carrier */
+  char *carry;
+  size_t carry_len;
   struct conn *next, *prev;
 };
 
@@ -63,9 +78,15 @@ static void conn_free(struct conn *c) {
   if (c->is_stdio) {
     /* The stdio transport is the whole daemon's one connection. */
     event_base_loopexit(silkd.base, NULL);
-  } else {
+  } else if (c->fd_in >= 0) {
+    /* sandboxd holds a duplicate of an adopted socket, so close alone
+     * would leave the client waiting: the FIN goes now, and the carrier's
+     * close has sandboxd drain and close its copy (§4.21's guest EOF). */
+    if (c->adopted) shutdown(c->fd_in, SHUT_WR);
     close(c->fd_in);
   }
+  if (c->carry_fd >= 0) close(c->carry_fd);
+  sbx_free(c->carry);
   sbx_free(c);
 }
 
@@ -113,8 +134,9 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
 
 static void on_read(evutil_socket_t fd, short what, void *arg) { conn_pump(arg); }
 
-void conn_start(int fd_in, int fd_out) {
+static struct conn *conn_new(int fd_in, int fd_out) {
   struct conn *c = sbx_calloc(1, sizeof *c);
+  c->carry_fd = -1;
   c->fd_in = fd_in;
   c->fd_out = fd_out;
   c->is_stdio = fd_in != fd_out;
@@ -128,6 +150,16 @@ void conn_start(int fd_in, int fd_out) {
   c->next = conns;
   if (conns) conns->prev = c;
   conns = c;
+  return c;
+}
+
+void conn_start(int fd_in, int fd_out) {
+  struct conn *c = conn_new(fd_in, fd_out);
+  if (!c->is_stdio) {
+    int dom = 0;
+    socklen_t len = sizeof dom;
+    c->unix_first = getsockopt(fd_in, SOL_SOCKET, SO_DOMAIN, &dom, &len) == 0 && dom == AF_UNIX;
+  }
   conn_pump(c);
 }
 
@@ -278,7 +310,103 @@ void conn_pause_input(struct conn *c, bool paused) {
 static void close_after_flush(struct conn *c) {
   c->closing = true;
   event_del(c->rev);
-  if (c->fd_in == c->fd_out) shutdown(c->fd_in, SHUT_RD);
+  /* Not on an adopted socket: sandboxd reads it during the drain. */
+  if (c->fd_in == c->fd_out && !c->adopted) shutdown(c->fd_in, SHUT_RD);
+}
+
+/* ---- handoff carriers ---- */
+
+static bool stream_socket(int fd) {
+  struct stat st;
+  int type = 0;
+  socklen_t len = sizeof type;
+  return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+         type == SOCK_STREAM;
+}
+
+/* The first read of a Unix connection; a carrier (a descriptor came) sets
+ * c->carrier and keeps the bytes after the marker, a bad one breaks the
+ * connection. Otherwise just a read. */
+static ssize_t first_read(struct conn *c, char *where, size_t room) {
+  union {
+    struct cmsghdr h;
+    char b[CMSG_SPACE(4 * sizeof(int))];
+  } u;
+  struct iovec iov = {where, room};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b};
+  ssize_t n = recvmsg(c->fd_in, &m, MSG_CMSG_CLOEXEC);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return n;
+  c->unix_first = false;
+  int got = -1;
+  for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+    if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+    size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
+      if (got < 0) got = fd;
+      else close(fd); /* one socket per carrier */
+    }
+  }
+  if (got < 0) return n;
+  if (n <= 0 || where[0] != 0 || !stream_socket(got)) {
+    sbx_warn("handoff refused: %s", n <= 0 || where[0] != 0 ? "no marker byte" : "not a stream socket");
+    close(got);
+    conn_break(c);
+    return 0;
+  }
+  c->carrier = true;
+  c->carry_fd = got;
+  c->carry = sbx_malloc(SILKD_CARRY_MAX + 1);
+  c->carry_len = (size_t)n - 1 > SILKD_CARRY_MAX ? SILKD_CARRY_MAX + 1 : (size_t)n - 1;
+  memcpy(c->carry, where + 1, c->carry_len);
+  return 0;
+}
+
+/* The carrier ended: its socket becomes a connection that reads the
+ * pipelined bytes first, and the carrier stays open as long as it lives. */
+static void adopt(struct conn *c) {
+  struct conn *a = conn_new(c->carry_fd, c->carry_fd);
+  a->adopted = true;
+  a->carry_fd = c->fd_in;
+  c->carry_fd = c->fd_in = c->fd_out = -1;
+  char *where;
+  size_t room;
+  sbx_error e;
+  if (c->carry_len > 0) {
+    if (sbx_frame_reader_space(a->fr, c->carry_len, &where, &room, &e) < 0) {
+      conn_break(a);
+    } else {
+      memcpy(where, c->carry, c->carry_len);
+      sbx_frame_reader_commit(a->fr, c->carry_len);
+    }
+  }
+  conn_break(c); /* freed when its pump returns */
+  if (!a->broken) conn_pump(a);
+}
+
+/* Read the carrier to its EOF, at most SILKD_CARRY_MAX bytes. */
+static void carrier_pump(struct conn *c) {
+  for (;;) {
+    if (c->carry_len > SILKD_CARRY_MAX) {
+      sbx_warn("handoff refused: over %d pipelined bytes", SILKD_CARRY_MAX);
+      conn_break(c);
+      return;
+    }
+    ssize_t n = read(c->fd_in, c->carry + c->carry_len, SILKD_CARRY_MAX + 1 - c->carry_len);
+    if (n > 0) {
+      c->carry_len += (size_t)n;
+    } else if (n == 0) {
+      adopt(c);
+      return;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      event_add(c->rev, NULL);
+      return;
+    } else if (errno != EINTR) {
+      conn_break(c);
+      return;
+    }
+  }
 }
 
 /* Decode a line; for bulk frames the payload lands in c->scratch. */
@@ -399,6 +527,10 @@ static void conn_pump(struct conn *c) {
   if (c->pumping) return;
   c->pumping = true;
   while (may_read(c)) {
+    if (c->carrier) {
+      carrier_pump(c);
+      break;
+    }
     if (!c->in_rpc && c->pending) {
       char *line = c->pending;
       size_t len = c->pending_len;
@@ -431,7 +563,8 @@ static void conn_pump(struct conn *c) {
       conn_break(c);
       break;
     }
-    ssize_t n = read(c->fd_in, where, room);
+    ssize_t n = c->unix_first ? first_read(c, where, room) : read(c->fd_in, where, room);
+    if (c->broken || c->carrier) continue;
     if (n > 0) {
       sbx_frame_reader_commit(c->fr, (size_t)n);
     } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {

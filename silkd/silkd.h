@@ -26,6 +26,7 @@
 #define SILKD_READ_MIN (64 * 1024)
 #define SILKD_READ_KEEP (1024 * 1024)
 #define SILKD_SNDBUF (1024 * 1024) /* SO_SNDBUF of client sockets; the kernel doubles it */
+#define SILKD_CARRY_MAX (64 * 1024) /* pipelined bytes a handoff carrier may bring (conn.c) */
 #define SILKD_PIECE (32 * 1024)        /* process output read size (§6) */
 #define SILKD_BULK (256 * 1024)        /* fs_read, fs_pull, port_forward reads */
 #define SILKD_RING_CAP (256 * 1024)    /* per-process output ring */

@@ -4,6 +4,7 @@
  * through more execs: a pid file and /proc show whether sandboxd's kill
  * reached a runaway child. A daemon that cannot start its driver fails
  * the test. */
+#include <dirent.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <jansson.h>
 
 #include <sandbox/core.h>
+#include <sandbox/wire.h>
 
 #include "sbxd_test.h"
 
@@ -22,10 +24,17 @@ static const char *CONFIG = "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\"
                             "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},"
                             "\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
 
-static struct sbxd_proc P;
+/* The same with the handoff off: the agent upgrade is relayed. */
+static const char *CONFIG_RELAY = "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
+                                  "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"relay_handoff\":false,"
+                                  "\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
 
-static int setup(void **state) {
-  sbxd_prepare(&P, CONFIG);
+static struct sbxd_proc P;
+static bool relayed; /* the current daemon relays instead of handing off */
+
+static int start_with(const char *config) {
+  relayed = config == CONFIG_RELAY || getenv("SANDBOXD_NO_SPLICE");
+  sbxd_prepare(&P, config);
   if (sbxd_start(&P) < 0) {
     sbxd_dump_log(&P);
     sbxd_jail_cleanup(&P);
@@ -33,6 +42,9 @@ static int setup(void **state) {
   }
   return 0;
 }
+
+static int setup(void **state) { return start_with(CONFIG); }
+static int setup_relay(void **state) { return start_with(CONFIG_RELAY); }
 
 /* The same, with the bufferevent relay sandboxd falls back to when it
  * cannot splice (no pipes left, pipelined bytes over a pipe's size). */
@@ -164,6 +176,58 @@ static void test_exec_client_gone_kills(void **state) {
   assert_true(wait_dead(&c, "/tmp/gone.pid"));
 }
 
+/* The processes holding the server end of our TCP connection fd (seen in
+ * /proc/net/tcp by our local port): sandboxd only when it relays, silkd
+ * (inside the sandbox) too once the socket was handed off. Returns how
+ * many other than sandboxd, or -1 when the socket was not found. */
+static int socket_holders_besides_sandboxd(int fd) {
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof sa;
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+  unsigned lport = ntohs(sa.sin_port);
+  FILE *f = fopen("/proc/net/tcp", "r");
+  assert_non_null(f);
+  char line[512];
+  unsigned long inode = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned la, lp, ra, rp;
+    unsigned long ino;
+    if (sscanf(line, " %*d: %x:%x %x:%x %*x %*x:%*x %*x:%*x %*x %*u %*u %lu", &la, &lp, &ra, &rp, &ino) == 5 &&
+        lp == (unsigned)P.port && rp == lport)
+      inode = ino;
+  }
+  fclose(f);
+  if (!inode) return -1;
+  char want[64];
+  snprintf(want, sizeof want, "socket:[%lu]", inode);
+  int others = 0;
+  DIR *proc = opendir("/proc");
+  struct dirent *de;
+  while ((de = readdir(proc))) {
+    int pid = atoi(de->d_name);
+    if (pid <= 0) continue;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+    DIR *fds = opendir(dir);
+    if (!fds) continue;
+    struct dirent *fe;
+    bool holds = false;
+    while (!holds && (fe = readdir(fds))) {
+      char p[320], t[128];
+      snprintf(p, sizeof p, "%s/%s", dir, fe->d_name);
+      ssize_t n = readlink(p, t, sizeof t - 1);
+      if (n > 0) {
+        t[n] = '\0';
+        holds = strcmp(t, want) == 0;
+      }
+    }
+    closedir(fds);
+    if (holds && pid != P.pid) others++;
+  }
+  closedir(proc);
+  return others;
+}
+
 static void test_agent_relay(void **state) {
   struct sbxd_claim c;
   claim(&c);
@@ -173,6 +237,8 @@ static void test_agent_relay(void **state) {
   char buf[4096];
   int fd = sbxd_agent_open(&P, &c, "SILKD", "{\"v\":1,\"op\":\"info\"}\n", buf, sizeof buf);
   assert_non_null(strstr(buf + 73, "\"type\":\"info\""));
+  /* Handed off, silkd holds the client's socket; relayed, only sandboxd. */
+  assert_int_equal(socket_holders_besides_sandboxd(fd), relayed ? 0 : 1);
   /* A second request on the same relay. */
   const char second[] = "{\"v\":1,\"op\":\"exec\",\"argv\":[\"echo\",\"a\",\"b\"]}\n";
   write_all_fd(fd, second, sizeof second - 1);
@@ -184,7 +250,7 @@ static void test_agent_relay(void **state) {
     buf[got] = '\0';
   }
   assert_non_null(strstr(buf, "\"started\""));
-  /* Release closes the relay. */
+  /* Release closes the relay, or the handed-off connection. */
   char path[128];
   snprintf(path, sizeof path, "/v1/sandboxes/%s/release", c.id);
   assert_int_equal(sbxd_status(P.port, "POST", path, c.token, NULL), 204);
@@ -328,6 +394,44 @@ static void test_port_relay(void **state) {
   assert_true(got >= 71);
   assert_memory_equal(buf, TCP_101, 71);
   assert_string_equal(buf + 71, "HELLO WORLD");
+}
+
+/* silkd ending the connection (a line over the frame cap) ends the
+ * client's connection, though sandboxd keeps a copy of a handed-off
+ * socket: the client reads EOF. */
+static void test_agent_guest_close_ends_client(void **state) {
+  struct sbxd_claim c;
+  claim(&c);
+  char buf[4096];
+  int fd = sbxd_agent_open(&P, &c, "silkd", "{\"v\":1,\"op\":\"info\"}\n", buf, sizeof buf);
+  size_t chunk = 1 << 20, sent = 0;
+  char *junk = malloc(chunk);
+  memset(junk, 'x', chunk);
+  bool eof = false;
+  while (!eof && sent < (size_t)SBX_WIRE_FRAME_CAP * 4) {
+    struct pollfd pf = {fd, POLLIN | POLLOUT, 0};
+    assert_int_equal(poll(&pf, 1, 10000), 1);
+    if (pf.revents & (POLLIN | POLLHUP)) {
+      /* The relay ends the client with a reset when silkd left bytes
+       * unread (a write error toward silkd closes both sides); handed
+       * off, sandboxd drains, so the client sees a plain EOF. */
+      ssize_t r = read(fd, buf, sizeof buf);
+      assert_true(r >= 0 || (relayed && errno == ECONNRESET));
+      eof = r <= 0;
+    } else {
+      ssize_t w = send(fd, junk, chunk, MSG_DONTWAIT | MSG_NOSIGNAL);
+      assert_true(w > 0 || errno == EAGAIN);
+      if (w > 0) sent += (size_t)w;
+    }
+  }
+  free(junk);
+  assert_true(eof);
+  assert_true(sent > (size_t)SBX_WIRE_FRAME_CAP);
+  close(fd);
+  /* The sandbox still serves. */
+  fd = sbxd_agent_open(&P, &c, "silkd", "{\"v\":1,\"op\":\"info\"}\n", buf, sizeof buf);
+  assert_non_null(strstr(buf + 73, "\"type\":\"info\""));
+  close(fd);
 }
 
 /* Megabytes through the relay with a client that reads slowly: nothing is
@@ -519,6 +623,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_agent_relay, setup_nosplice, teardown),
       cmocka_unit_test_setup_teardown(test_agent_guest_eof_half_closes, setup_nosplice, teardown),
       cmocka_unit_test_setup_teardown(test_many_relays, setup_nosplice, teardown),
+      cmocka_unit_test_setup_teardown(test_agent_guest_close_ends_client, setup, teardown),
+      /* relay_handoff false: the fd relay. */
+      cmocka_unit_test_setup_teardown(test_agent_relay, setup_relay, teardown),
+      cmocka_unit_test_setup_teardown(test_agent_guest_eof_half_closes, setup_relay, teardown),
+      cmocka_unit_test_setup_teardown(test_agent_relay_small_frames, setup_relay, teardown),
+      cmocka_unit_test_setup_teardown(test_agent_relay_bulk, setup_relay, teardown),
+      cmocka_unit_test_setup_teardown(test_agent_guest_close_ends_client, setup_relay, teardown),
+      cmocka_unit_test_setup_teardown(test_many_relays, setup_relay, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

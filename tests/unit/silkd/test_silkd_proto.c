@@ -7,6 +7,10 @@
 
 #include <cmocka.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/uio.h>
+
 
 #include "silkd_client.h"
 
@@ -37,6 +41,155 @@ static void expect_error(sc *c, sbx_wire_error_kind kind, const char *msg_prefix
     fail();
   }
   sbx_wire_resp_free(&r);
+}
+
+/* ---- handoff carriers (sandboxd's relay.c passes client sockets) ---- */
+
+/* Send a carrier on a fresh connection: fd (SCM_RIGHTS) with the payload
+ * mark + bytes; then SHUT_WR. Returns the carrier's fd. */
+static int send_carrier(int fd, char mark, const char *bytes, size_t n) {
+  int u = sc_try_connect(srv.sock);
+  assert_true(u >= 0);
+  char *payload = sbx_malloc(n + 1);
+  payload[0] = mark;
+  if (n) memcpy(payload + 1, bytes, n);
+  struct iovec iov = {payload, n + 1};
+  union {
+    struct cmsghdr h;
+    char b[CMSG_SPACE(sizeof(int))];
+  } cm;
+  memset(&cm, 0, sizeof cm);
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof cm.b};
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(h), &fd, sizeof fd);
+  size_t off = 0;
+  ssize_t w = sendmsg(u, &m, MSG_NOSIGNAL);
+  assert_true(w > 0);
+  off = (size_t)w;
+  while (off < n + 1) { /* a carrier over the cap may take more than one send */
+    w = send(u, payload + off, n + 1 - off, MSG_NOSIGNAL);
+    if (w <= 0) break; /* silkd dropped it */
+    off += (size_t)w;
+  }
+  sbx_free(payload);
+  shutdown(u, SHUT_WR);
+  return u;
+}
+
+/* Whether fd reaches EOF within ms (nothing readable before). */
+static bool eof_within(int fd, int ms) {
+  struct pollfd pf = {fd, POLLIN, 0};
+  if (poll(&pf, 1, ms) != 1) return false;
+  char b[256];
+  ssize_t r;
+  while ((r = recv(fd, b, sizeof b, MSG_DONTWAIT)) > 0) {
+  }
+  return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+static void set_nonblock_fd(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+static sc *sc_wrap(int fd) {
+  sc *c = sbx_calloc(1, sizeof *c);
+  c->fd = fd;
+  c->fr = sbx_frame_reader_new(0);
+  c->buf = sbx_malloc(1 << 16);
+  return c;
+}
+
+/* A carried socket is served with its pipelined bytes first, in order
+ * with what comes on the socket later; the carrier stays open until the
+ * connection ends. silkd ending it (a bad frame) reaches the client even
+ * though another copy of the socket (sandboxd's) stays open. */
+static void test_handoff_adopts(void **state) {
+  int sp[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  const char pipelined[] = "{\"v\":1,\"op\":\"info\"}\n{\"v\":1,\"op\":\"fs_st";
+  int u = send_carrier(sp[1], 0, pipelined, sizeof pipelined - 1);
+  sc *c = sc_wrap(sp[0]);
+  assert_int_equal(sc_send_raw(c, "at\",\"path\":\"/\"}\n", 16), 0);
+  expect_type(c, SBX_RESP_INFO);
+  expect_type(c, SBX_RESP_STAT);
+  assert_false(eof_within(u, 100));
+  sc_sendf(c, "not json");
+  expect_error(c, SBX_ERR_BAD_REQUEST, "parse: ");
+  assert_true(sc_closed(c));
+  assert_true(eof_within(u, 5000));
+  close(u);
+  close(sp[1]);
+  sc_close(c);
+  /* Over the frame cap: silkd breaks the connection, the client sees EOF. */
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  u = send_carrier(sp[1], 0, NULL, 0);
+  set_nonblock_fd(sp[0]);
+  size_t chunk = 1 << 20, sent = 0;
+  char *junk = sbx_malloc(chunk);
+  memset(junk, 'x', chunk);
+  bool eof = false;
+  while (!eof && sent < (size_t)SBX_WIRE_FRAME_CAP * 4) {
+    struct pollfd pf = {sp[0], POLLIN | POLLOUT, 0};
+    assert_int_equal(poll(&pf, 1, 10000), 1);
+    if (pf.revents & (POLLIN | POLLHUP)) {
+      eof = eof_within(sp[0], 0);
+      assert_true(eof);
+    } else {
+      ssize_t w = send(sp[0], junk, chunk, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (w > 0) sent += (size_t)w;
+    }
+  }
+  sbx_free(junk);
+  assert_true(eof);
+  assert_true(eof_within(u, 5000));
+  close(u);
+  close(sp[0]);
+  close(sp[1]);
+}
+
+/* A descriptor that is not a stream socket, or a carrier without the
+ * marker byte, is refused (the carrier closed); a carrier with more
+ * pipelined bytes than the cap is dropped; silkd keeps serving. A 0x00
+ * byte without a descriptor is just a bad frame. */
+static void test_handoff_refused(void **state) {
+  int pp[2];
+  assert_int_equal(pipe(pp), 0);
+  int u = send_carrier(pp[0], 0, "{\"v\":1,\"op\":\"info\"}\n", 20);
+  assert_true(eof_within(u, 5000));
+  close(u);
+  close(pp[0]);
+  close(pp[1]);
+  int sp[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  u = send_carrier(sp[1], '{', "\"v\":1,\"op\":\"info\"}\n", 19);
+  assert_true(eof_within(u, 5000));
+  close(u);
+  close(sp[1]);
+  assert_true(eof_within(sp[0], 5000)); /* silkd closed its copy: the last one */
+  close(sp[0]);
+  /* Over the cap. */
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  size_t n = 64 * 1024 + 1;
+  char *big = sbx_malloc(n);
+  memset(big, ' ', n);
+  u = send_carrier(sp[1], 0, big, n);
+  sbx_free(big);
+  assert_true(eof_within(u, 5000));
+  close(u);
+  close(sp[1]);
+  assert_true(eof_within(sp[0], 5000));
+  close(sp[0]);
+  /* A NUL from a plain client. */
+  sc *c = sc_open(&srv);
+  assert_int_equal(sc_send_raw(c, "\0{\"v\":1,\"op\":\"info\"}\n", 21), 0);
+  expect_error(c, SBX_ERR_BAD_REQUEST, "parse: ");
+  assert_true(sc_closed(c));
+  sc_close(c);
+  c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
+  expect_type(c, SBX_RESP_INFO);
+  sc_close(c);
 }
 
 static void test_back_to_back(void **state) {
@@ -559,6 +712,8 @@ int main(void) {
       cmocka_unit_test(test_sigterm_exits_zero),
       cmocka_unit_test(test_stdio_transport),
       cmocka_unit_test(test_fd_listener),
+      cmocka_unit_test(test_handoff_adopts),
+      cmocka_unit_test(test_handoff_refused),
   };
   signal(SIGPIPE, SIG_IGN);
   return cmocka_run_group_tests(tests, setup, teardown);
