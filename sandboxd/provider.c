@@ -277,12 +277,15 @@ static int op_prepare(void *ud, const sbx_pool_key *key, sbx_error *err) {
 }
 
 /* Workers may run lowered (sbx_pool_mgr_set_background) and the jail's
- * children inherit that: a new sandbox's pid 1 goes back to normal once
- * it is ready, so the claimant's work is not throttled. */
+ * children inherit that: a new sandbox's pid 1 goes back to the daemon's
+ * own priority (its main thread's, never lowered) once it is ready, so
+ * the claimant's work is not throttled. */
 static void inst_normal_priority(pid_t pid) {
   struct sched_param sp = {0};
   sched_setscheduler(pid, SCHED_OTHER, &sp);
-  setpriority(PRIO_PROCESS, (id_t)pid, 0);
+  errno = 0;
+  int base = getpriority(PRIO_PROCESS, (id_t)getpid());
+  setpriority(PRIO_PROCESS, (id_t)pid, errno ? 0 : base);
 }
 
 static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **out, sbx_error *err) {

@@ -47,6 +47,7 @@ struct sbxd {
   bool pools_from_file;
   int data_fd; /* data_dir, O_DIRECTORY */
   int usage_fd;
+  int64_t usage_size; /* usage.jsonl's length, kept here instead of an fstat per event */
   int log_fd; /* claims.log */
   unsigned log_records;
   uint64_t log_seq;        /* records appended to claims.log, ever */

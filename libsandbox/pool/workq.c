@@ -69,17 +69,24 @@ static void signal_fd(int fd) {
 }
 
 /* Set the calling thread's class (Linux applies both calls per thread);
- * what it forks inherits it. Raising it back needs CAP_SYS_NICE or a
- * permissive RLIMIT_NICE; without them the thread stays lowered. */
-static void thread_sched(sbx_pool_sched s) {
+ * what it forks inherits it. Nice values are relative to base, the nice
+ * the process was started with: normal means "as started", not nice 0,
+ * so an operator's `nice sandboxd` holds for urgent jobs too. Raising it
+ * back needs CAP_SYS_NICE or a permissive RLIMIT_NICE; without them the
+ * thread stays lowered. */
+static void thread_sched(sbx_pool_sched s, int base) {
   struct sched_param sp = {0};
   pid_t tid = (pid_t)syscall(SYS_gettid);
   sched_setscheduler(tid, s == SBX_POOL_SCHED_IDLE ? SCHED_IDLE : SCHED_OTHER, &sp);
-  setpriority(PRIO_PROCESS, (id_t)tid, s == SBX_POOL_SCHED_NICE ? SBX_POOL_NICE : 0);
+  int nice = s == SBX_POOL_SCHED_NICE ? base + SBX_POOL_NICE : base;
+  setpriority(PRIO_PROCESS, (id_t)tid, nice > 19 ? 19 : nice);
 }
 
 static void *worker(void *p) {
   sbx_workq *q = p;
+  errno = 0;
+  int base = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+  if (errno) base = 0;
   sbx_pool_sched cur = SBX_POOL_SCHED_NORMAL;
   pthread_mutex_lock(&q->mu);
   for (;;) {
@@ -89,13 +96,17 @@ static void *worker(void *p) {
     sbx_pool_sched want = j->urgent ? SBX_POOL_SCHED_NORMAL : q->background;
     pthread_mutex_unlock(&q->mu);
     if (want != cur) {
-      thread_sched(want);
+      thread_sched(want, base);
       cur = want;
     }
     if (j->work) j->work(j->arg);
     pthread_mutex_lock(&q->mu);
     q_push(&q->finished, j);
+    /* Wake the loop only once the lock is free: woken under it, the loop
+     * went straight to sleep again on the mutex of a (lowered) worker. */
+    pthread_mutex_unlock(&q->mu);
     signal_fd(q->efd);
+    pthread_mutex_lock(&q->mu);
   }
   pthread_mutex_unlock(&q->mu);
   return NULL;
