@@ -66,36 +66,38 @@ static uint64_t read_u64_file(const char *path) {
   return v;
 }
 
-/* utime + stime of one task of the daemon, in ns. */
-static uint64_t task_cpu_ns(pid_t pid, pid_t tid) {
-  char path[96], buf[1024];
+/* The fields of /proc/PID/task/TID/stat after the comm (from the state,
+ * field 3, on), in buf; NULL when the task is gone. */
+static const char *task_stat(pid_t pid, pid_t tid, char *buf, size_t cap) {
+  char path[96];
   snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
   FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  if (!f) return NULL;
+  size_t n = fread(buf, 1, cap - 1, f);
   fclose(f);
   buf[n] = '\0';
   const char *p = strrchr(buf, ')');
+  return p ? p + 2 : NULL;
+}
+
+/* utime + stime of one task of the daemon, in ns. */
+static uint64_t task_cpu_ns(pid_t pid, pid_t tid) {
+  char buf[1024];
+  const char *p = task_stat(pid, tid, buf, sizeof buf);
   unsigned long long ut = 0, st = 0;
-  /* Fields after the comm: state is 3; utime and stime are 14 and 15. */
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return 0;
+  /* utime and stime are fields 14 and 15. */
+  if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return 0;
   return (ut + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
 }
 
 /* Minor page faults of the daemon's event loop thread so far: each is
  * mostly a copy-on-write fault after a worker forked a jail. */
 static unsigned long loop_minflt(void) {
-  char path[96], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)daemon_pid, (int)daemon_pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')');
+  char buf[1024];
+  const char *p = task_stat(daemon_pid, daemon_pid, buf, sizeof buf);
   unsigned long mf = 0;
-  /* minflt is field 10; the state after the comm is field 3. */
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu", &mf) != 1) return 0;
+  /* minflt is field 10. */
+  if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %lu", &mf) != 1) return 0;
   return mf;
 }
 

@@ -30,6 +30,7 @@
 
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
+#include "../tests/unit/jail/zygote_probe.h"
 
 extern char **environ;
 
@@ -69,28 +70,6 @@ static void cpu_now(double *user, double *sys) {
   getrusage(RUSAGE_CHILDREN, &b);
   *user = (double)(a.ru_utime.tv_sec + b.ru_utime.tv_sec) + (double)(a.ru_utime.tv_usec + b.ru_utime.tv_usec) / 1e6;
   *sys = (double)(a.ru_stime.tv_sec + b.ru_stime.tv_sec) + (double)(a.ru_stime.tv_usec + b.ru_stime.tv_usec) / 1e6;
-}
-
-/* The driver's zygote, a child of ours "silkd --zygote"; -1: none. */
-static pid_t zygote_pid(void) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  pid_t found = -1;
-  int pid;
-  while (found < 0 && fscanf(f, "%d", &pid) == 1) {
-    char cp[64], cmd[256];
-    snprintf(cp, sizeof cp, "/proc/%d/cmdline", pid);
-    FILE *c = fopen(cp, "r");
-    if (!c) continue;
-    size_t n = fread(cmd, 1, sizeof cmd - 1, c);
-    fclose(c);
-    cmd[n] = '\0';
-    if (strlen(cmd) + 1 < n && strcmp(cmd + strlen(cmd) + 1, "--zygote") == 0) found = pid;
-  }
-  fclose(f);
-  return found;
 }
 
 /* The zygote's CPU seconds so far: it is reaped only when the driver

@@ -99,8 +99,11 @@ static bool below_daemon(pid_t pid) {
   return false;
 }
 
-/* CPU time of every thread of pid, in ns (schedstat, not tick-rounded). */
-static uint64_t proc_cpu_ns(pid_t pid) {
+/* The sum over every thread of pid of one figure read from the thread's
+ * proc file `file` (one of /proc/PID/task/TID/...). */
+typedef uint64_t (*task_figure)(FILE *f);
+
+static uint64_t sum_over_tasks(pid_t pid, const char *file, task_figure figure) {
   if (pid <= 0) return 0;
   char p[64];
   snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
@@ -109,15 +112,36 @@ static uint64_t proc_cpu_ns(pid_t pid) {
   for (struct dirent *e; d && (e = readdir(d));) {
     if (e->d_name[0] == '.') continue;
     char q[128];
-    snprintf(q, sizeof q, "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+    snprintf(q, sizeof q, "/proc/%d/task/%s/%s", (int)pid, e->d_name, file);
     FILE *f = fopen(q, "r");
-    unsigned long long ns = 0;
-    if (f && fscanf(f, "%llu", &ns) == 1) sum += ns;
-    if (f) fclose(f);
+    if (!f) continue;
+    sum += figure(f);
+    fclose(f);
   }
   if (d) closedir(d);
   return sum;
 }
+
+static uint64_t schedstat_ns(FILE *f) {
+  unsigned long long ns = 0;
+  return fscanf(f, "%llu", &ns) == 1 ? ns : 0;
+}
+
+/* Voluntary context switches: each one is a sleep, so per RPC it counts
+ * the wakeups. */
+static uint64_t voluntary_switches(FILE *f) {
+  char line[128];
+  unsigned long long v;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1) return v;
+  return 0;
+}
+
+/* CPU time of every thread of pid, in ns (schedstat, not tick-rounded). */
+static uint64_t proc_cpu_ns(pid_t pid) { return sum_over_tasks(pid, "schedstat", schedstat_ns); }
+
+/* Sleeps of every thread of pid. */
+static uint64_t proc_ctxsw(pid_t pid) { return sum_over_tasks(pid, "status", voluntary_switches); }
 
 /* CPU time of the silkd processes below sandboxd (the claimed sandbox's
  * and the idle pool's, which adds nothing). */
@@ -133,28 +157,6 @@ static uint64_t silkd_cpu_ns(void) {
     if (!fgets(comm, sizeof comm, f)) comm[0] = '\0';
     fclose(f);
     if (strcmp(comm, "silkd\n") == 0 && below_daemon(pid)) sum += proc_cpu_ns(pid);
-  }
-  if (d) closedir(d);
-  return sum;
-}
-
-/* Context switches (voluntary + not) of every thread of pid: each
- * voluntary one is a sleep, so per RPC it counts the wakeups. */
-static uint64_t proc_ctxsw(pid_t pid) {
-  if (pid <= 0) return 0;
-  char p[64];
-  snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
-  DIR *d = opendir(p);
-  uint64_t sum = 0;
-  for (struct dirent *e; d && (e = readdir(d));) {
-    if (e->d_name[0] == '.') continue;
-    char q[128], line[128];
-    snprintf(q, sizeof q, "/proc/%d/task/%s/status", (int)pid, e->d_name);
-    FILE *f = fopen(q, "r");
-    unsigned long long v;
-    while (f && fgets(line, sizeof line, f))
-      if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1) sum += v;
-    if (f) fclose(f);
   }
   if (d) closedir(d);
   return sum;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +32,31 @@ typedef struct jt {
   sbx_template *tpl;
   sbx_golden *golden;
 } jt;
+
+/* Entries of a directory, dot files aside; -1 when it cannot be opened.
+ * The leak checks count fds, run dirs and cgroups with it. */
+static inline int jt_count_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL)
+    if (de->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+/* A clone of the golden running the real silkd, named id; fails the test
+ * with the driver's message when it cannot be made. */
+static inline sbx_instance *jt_clone(jt *t, const char *id) {
+  sbx_error err = {0};
+  sbx_clone_spec spec;
+  sbx_clone_spec_init(&spec);
+  spec.id = id;
+  sbx_instance *s = NULL;
+  if (sbx_sandbox_clone(t->drv, t->golden, &spec, &s, &err) < 0) fail_msg("clone %s: %s", id, err.msg);
+  return s;
+}
 
 static inline int jt_open(jt *t) {
   memset(t, 0, sizeof *t);

@@ -42,16 +42,6 @@ static int count_lines(const char *path, const char *needle) {
   fclose(f);
   return n;
 }
-static int count_dir(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL)
-    if (de->d_name[0] != '.') n++;
-  closedir(d);
-  return n;
-}
 static int count_children(void) {
   char path[64];
   snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
@@ -76,7 +66,7 @@ static int count_cgroups(void) {
   for (size_t i = 0; i < 6; i++) {
     char p[256];
     snprintf(p, sizeof p, "/sys/fs/cgroup/%s/%s", ctls[i], T.cgroup);
-    int c = count_dir(p);
+    int c = jt_count_dir(p);
     if (c > 0) {
       /* only subdirectories are sandboxes; the rest are control files */
       DIR *d = opendir(p);
@@ -96,10 +86,10 @@ typedef struct footprint {
 static footprint measure(void) {
   footprint f = {
       count_lines("/proc/self/mountinfo", NULL),
-      count_dir("/proc/self/fd"),
+      jt_count_dir("/proc/self/fd"),
       count_children(),
       count_cgroups(),
-      count_dir(T.run_dir),
+      jt_count_dir(T.run_dir),
   };
   return f;
 }
@@ -325,7 +315,7 @@ static int count_ns_fds(void) {
 static void test_namespace_pool_released_on_close(void **state) {
   (void)state;
   sbx_error err = {0};
-  int fds0 = count_dir("/proc/self/fd"), ns0 = count_ns_fds();
+  int fds0 = jt_count_dir("/proc/self/fd"), ns0 = count_ns_fds();
   sbx_driver *d2 = NULL;
   char other_run[160];
   snprintf(other_run, sizeof other_run, "%s-pool", T.run_dir);
@@ -336,7 +326,7 @@ static void test_namespace_pool_released_on_close(void **state) {
   sbx_driver_close(d2);
   rmdir(other_run);
   assert_int_equal(count_ns_fds(), ns0);
-  assert_int_equal(count_dir("/proc/self/fd"), fds0);
+  assert_int_equal(jt_count_dir("/proc/self/fd"), fds0);
 }
 
 static void test_cycles_leave_nothing(void **state) {

@@ -34,16 +34,6 @@ static sbx_agent *open_agent(sbx_instance *s) {
   return a;
 }
 
-static sbx_instance *clone_silkd(const char *id) {
-  sbx_error err = {0};
-  sbx_clone_spec spec;
-  sbx_clone_spec_init(&spec);
-  spec.id = id;
-  sbx_instance *s = NULL;
-  int rc = sbx_sandbox_clone(T.drv, T.golden, &spec, &s, &err);
-  if (rc < 0) fail_msg("clone %s: %s", id, err.msg);
-  return s;
-}
 
 static int run(sbx_agent *a, const char *script, char *out, size_t cap) {
   sbx_error err = {0};
@@ -67,7 +57,7 @@ static void assert_info(sbx_agent *a) {
 
 static void test_exec_through_silkd(void **state) {
   (void)state;
-  sbx_instance *s = clone_silkd("sk-exec");
+  sbx_instance *s = jt_clone(&T, "sk-exec");
   sbx_agent *a = open_agent(s);
   char out[4096];
   assert_int_equal(run(a, "echo hello; hostname; cat /proc/1/comm; exit 7", out, sizeof out), 7);
@@ -79,7 +69,7 @@ static void test_exec_through_silkd(void **state) {
 
 static void test_silkd_survives_oom_and_fork_bomb(void **state) {
   (void)state;
-  sbx_instance *s = clone_silkd("sk-limits");
+  sbx_instance *s = jt_clone(&T, "sk-limits");
   sbx_agent *a = open_agent(s);
   char out[4096];
   assert_int_equal(run(a, "exec python3 -c 'b=[]\nwhile True: b.append(bytearray(32<<20))'", out, sizeof out),

@@ -12,6 +12,7 @@
 #include <sandbox/agent.h>
 
 #include "jail_test.h"
+#include "zygote_probe.h"
 
 #define CYCLES 200
 
@@ -32,48 +33,7 @@ static int teardown(void **state) {
   return 0;
 }
 
-/* The zygote: our child whose cmdline is "silkd --zygote ...". */
-static pid_t zygote_pid(void) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  pid_t found = -1;
-  int pid;
-  while (found < 0 && fscanf(f, "%d", &pid) == 1) {
-    char cp[64], cmd[256];
-    snprintf(cp, sizeof cp, "/proc/%d/cmdline", pid);
-    FILE *c = fopen(cp, "r");
-    if (!c) continue;
-    size_t n = fread(cmd, 1, sizeof cmd - 1, c);
-    fclose(c);
-    cmd[n] = '\0';
-    if (n > 6 && strcmp(cmd + strlen(cmd) + 1, "--zygote") == 0) found = pid;
-  }
-  fclose(f);
-  return found;
-}
 
-static int count_dir(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL)
-    if (de->d_name[0] != '.') n++;
-  closedir(d);
-  return n;
-}
-
-static sbx_instance *clone_silkd(const char *id) {
-  sbx_error err = {0};
-  sbx_clone_spec spec;
-  sbx_clone_spec_init(&spec);
-  spec.id = id;
-  sbx_instance *s = NULL;
-  if (sbx_sandbox_clone(T.drv, T.golden, &spec, &s, &err) < 0) fail_msg("clone %s: %s", id, err.msg);
-  return s;
-}
 
 static void destroy(sbx_instance *s) {
   sbx_error err = {0};
@@ -111,7 +71,7 @@ static void test_zygote_pid1_same_as_exec(void **state) {
   (void)state;
   assert_true(zygote_pid() > 0);
   char a[8192], b[8192];
-  sbx_instance *s = clone_silkd("zy-same");
+  sbx_instance *s = jt_clone(&T, "zy-same");
   assert_int_equal(run_in(s, probe, a, sizeof a), 0);
   destroy(s);
   assert_non_null(strstr(a, "silkd --listen fd:3 \nsilkd\n"));
@@ -124,7 +84,7 @@ static void test_zygote_pid1_same_as_exec(void **state) {
   assert_int_equal(jt_open(&T), 0);
   unsetenv("SBX_JAIL_ZYGOTE");
   assert_true(zygote_pid() < 0);
-  s = clone_silkd("zy-same");
+  s = jt_clone(&T, "zy-same");
   assert_int_equal(run_in(s, probe, b, sizeof b), 0);
   destroy(s);
   jt_close(&T);
@@ -137,7 +97,7 @@ static void test_zygote_pid1_same_as_exec(void **state) {
  * raw clone (tid, robust list). */
 static void test_zygote_silkd_threads(void **state) {
   (void)state;
-  sbx_instance *s = clone_silkd("zy-threads");
+  sbx_instance *s = jt_clone(&T, "zy-threads");
   sbx_error err = {0};
   int fd = -1;
   assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
@@ -171,8 +131,8 @@ static void test_zygote_silkd_threads(void **state) {
  * in the script, which silkd itself holds. */
 static void test_zygote_child_holds_no_request(void **state) {
   (void)state;
-  sbx_instance *first = clone_silkd("zy-marker-7f3a");
-  sbx_instance *s = clone_silkd("zy-look");
+  sbx_instance *first = jt_clone(&T, "zy-marker-7f3a");
+  sbx_instance *s = jt_clone(&T, "zy-look");
   size_t half = strlen(T.run_dir) / 2;
   char script[2048], out[4096];
   snprintf(script, sizeof script,
@@ -228,7 +188,7 @@ static void test_zygote_children_have_own_canary(void **state) {
   (void)state;
   pid_t z = zygote_pid();
   assert_true(z > 0);
-  sbx_instance *a = clone_silkd("zy-canary-a"), *b = clone_silkd("zy-canary-b");
+  sbx_instance *a = jt_clone(&T, "zy-canary-a"), *b = jt_clone(&T, "zy-canary-b");
   uint64_t cz = canary_of(z), ca = canary_of(sbx_instance_pid(a)), cb = canary_of(sbx_instance_pid(b));
   assert_true(cz != 0 && ca != 0 && cb != 0);
   assert_true(ca != cz && cb != cz && ca != cb);
@@ -246,7 +206,7 @@ static void test_dead_zygote_falls_back_and_restarts(void **state) {
   (void)state;
   pid_t z = zygote_pid();
   assert_true(z > 0);
-  sbx_instance *before = clone_silkd("zy-before");
+  sbx_instance *before = jt_clone(&T, "zy-before");
   kill(z, SIGKILL);
   /* the driver reaps it when it finds it dead; wait only for its death */
   for (int i = 0; i < 200; i++) {
@@ -267,14 +227,14 @@ static void test_dead_zygote_falls_back_and_restarts(void **state) {
   destroy(before);
   /* The session of pid 1 tells the paths apart: exec'd, it leads its own
    * (1); from the zygote, it is in the zygote's, which has no pid inside (0). */
-  sbx_instance *s = clone_silkd("zy-fallback");
+  sbx_instance *s = jt_clone(&T, "zy-fallback");
   assert_int_equal(run_in(s, "tr '\\0' ' ' </proc/1/cmdline; cut -d' ' -f6 /proc/1/stat", out, sizeof out), 0);
   assert_string_equal(out, "silkd --listen fd:3 1\n");
   destroy(s);
   pid_t z2 = zygote_pid();
   assert_true(z2 > 0);
   assert_int_not_equal(z2, z);
-  s = clone_silkd("zy-again");
+  s = jt_clone(&T, "zy-again");
   assert_int_equal(run_in(s, "cut -d' ' -f6 /proc/1/stat", out, sizeof out), 0);
   assert_string_equal(out, "0\n");
   destroy(s);
@@ -289,9 +249,9 @@ static void test_zygote_cycles_leave_nothing(void **state) {
   assert_true(z > 0);
   char zfd[64];
   snprintf(zfd, sizeof zfd, "/proc/%d/fd", (int)z);
-  sbx_instance *warm = clone_silkd("zy-warm");
+  sbx_instance *warm = jt_clone(&T, "zy-warm");
   destroy(warm);
-  int fds0 = count_dir("/proc/self/fd"), zfds0 = count_dir(zfd), scratch0 = count_dir(T.run_dir);
+  int fds0 = jt_count_dir("/proc/self/fd"), zfds0 = jt_count_dir(zfd), scratch0 = jt_count_dir(T.run_dir);
   int mounts0 = 0;
   char line[4096];
   FILE *f = fopen("/proc/self/mountinfo", "r");
@@ -300,7 +260,7 @@ static void test_zygote_cycles_leave_nothing(void **state) {
   for (int i = 0; i < CYCLES; i++) {
     char id[32];
     snprintf(id, sizeof id, "zy-cycle-%d", i);
-    sbx_instance *s = clone_silkd(id);
+    sbx_instance *s = jt_clone(&T, id);
     destroy(s);
   }
   int mounts1 = 0;
@@ -308,9 +268,9 @@ static void test_zygote_cycles_leave_nothing(void **state) {
   while (fgets(line, sizeof line, f)) mounts1++;
   fclose(f);
   assert_int_equal(zygote_pid(), z);
-  assert_int_equal(count_dir("/proc/self/fd"), fds0);
-  assert_int_equal(count_dir(zfd), zfds0);
-  assert_int_equal(count_dir(T.run_dir), scratch0);
+  assert_int_equal(jt_count_dir("/proc/self/fd"), fds0);
+  assert_int_equal(jt_count_dir(zfd), zfds0);
+  assert_int_equal(jt_count_dir(T.run_dir), scratch0);
   assert_int_equal(mounts1, mounts0);
 }
 
