@@ -128,6 +128,18 @@ static inline int sbxd_run_once(const char *const *args, char *out, size_t outle
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* `sandboxd --check-config` on config_text: the exit code, and the output
+ * in out. A config the daemon must refuse exits 2 naming the key. */
+static inline int sbxd_check_config(const char *config_text, char *out, size_t outlen) {
+  struct sbxd_proc q;
+  sbxd_prepare(&q, config_text);
+  const char *args[] = {"--config", q.config, "--check-config", NULL};
+  int rc = sbxd_run_once(args, out, outlen);
+  if (rc != 0) fprintf(stderr, "config %s -> %d: %s\n", config_text, rc, out);
+  sbxd_rmrf(q.dir);
+  return rc;
+}
+
 /* Start the daemon on p->config; returns 0 once it printed its port. */
 static inline int sbxd_start(struct sbxd_proc *p) {
   int pfd[2];
