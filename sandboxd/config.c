@@ -292,6 +292,7 @@ static struct config *config_new(void) {
   c->driver = sbx_strdup("auto");
   c->max_fork_count = 16;
   c->relay_handoff = true;
+  c->reserve_claim_cpu = true;
   return c;
 }
 
@@ -531,6 +532,8 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
       rc = get_bool(v, k, &c->audit_log, errbuf, errlen);
     } else if (strcmp(k, "relay_handoff") == 0) {
       rc = get_bool(v, k, &c->relay_handoff, errbuf, errlen);
+    } else if (strcmp(k, "reserve_claim_cpu") == 0) {
+      rc = get_bool(v, k, &c->reserve_claim_cpu, errbuf, errlen);
     } else if (strcmp(k, "jail") == 0) {
       rc = parse_jail(c, v, errbuf, errlen);
     } else if (strcmp(k, "qemu") == 0) {

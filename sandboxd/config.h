@@ -45,6 +45,9 @@ struct config {
   /* Agent upgrades over a Unix agent channel pass the client socket to
    * silkd instead of relaying it (relay.c); false keeps the relay. */
   bool relay_handoff;
+  /* Background work (refill, destroy) keeps off the first CPU, left to
+   * claims and claimed sandboxes (sbx_pool_mgr_set_background). */
+  bool reserve_claim_cpu;
   char *jail_scratch_dir;
   char *jail_cgroup_root;
   char *jail_seccomp;

@@ -209,8 +209,9 @@ int main(int argc, char **argv) {
    * their clients; a claim waiting on a clone runs at normal priority.
    * Not SCHED_IDLE: on a busy node an idle-class destroy holding a kernel
    * lock stalls the normal-priority clones behind it (churn fell by half
-   * in bench/claim under load; docs/performance.md). */
-  sbx_pool_mgr_set_background(d->pm, SBX_POOL_SCHED_NICE);
+   * in bench/claim under load; docs/performance.md). reserve_claim_cpu
+   * keeps that work off one CPU. */
+  sbx_pool_mgr_set_background(d->pm, SBX_POOL_SCHED_NICE, d->cfg->reserve_claim_cpu);
   d->leases = sbx_lease_table_new();
   if (recover(d, &err) < 0) sbx_error_log("recovery: %s", err.msg);
   struct pool_cfg *p;

@@ -278,14 +278,26 @@ static int op_prepare(void *ud, const sbx_pool_key *key, sbx_error *err) {
 
 /* Workers may run lowered (sbx_pool_mgr_set_background) and the jail's
  * children inherit that: a new sandbox's pid 1 goes back to the daemon's
- * own priority (its main thread's, never lowered) once it is ready, so
- * the claimant's work is not throttled. */
+ * own priority and CPUs (its main thread's, never lowered) once it is
+ * ready, so the claimant's work is not throttled. */
 static void inst_normal_priority(pid_t pid) {
   struct sched_param sp = {0};
   sched_setscheduler(pid, SCHED_OTHER, &sp);
   errno = 0;
   int base = getpriority(PRIO_PROCESS, (id_t)getpid());
   setpriority(PRIO_PROCESS, (id_t)pid, errno ? 0 : base);
+  cpu_set_t cpus;
+  if (sched_getaffinity(getpid(), sizeof cpus, &cpus) == 0) sched_setaffinity(pid, sizeof cpus, &cpus);
+}
+
+/* The reverse before a destroy: pid 1 takes the destroying worker's class,
+ * as the kernel's teardown of its namespaces and mounts runs in its exit. */
+static void inst_worker_priority(pid_t pid) {
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, 0);
+  if (!errno) setpriority(PRIO_PROCESS, (id_t)pid, nice);
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) sched_setaffinity(pid, sizeof cpus, &cpus);
 }
 
 static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **out, sbx_error *err) {
@@ -331,6 +343,8 @@ static void op_destroy(void *ud, void *inst) {
 #ifdef SBX_HAVE_DRIVER
   if (s->di) {
     sbx_error err;
+    pid_t init = sbx_instance_pid(s->di);
+    if (init > 0) inst_worker_priority(init);
     if (sbx_sandbox_destroy(s->di, &err) < 0) sbx_warn("destroy %s: %s", s->name, err.msg);
   }
 #endif

@@ -84,15 +84,18 @@ void sbx_pool_mgr_dispatch(sbx_pool_mgr *m);
  * at normal priority. On a node with few cores, background work at normal
  * priority shows up as claim latency: lowered, the event loop, the
  * sandboxes and their clients come first, and background work takes the
- * CPU time they leave. The jail's setup children inherit the class of the
- * worker that forks them. Default: SBX_POOL_SCHED_NORMAL. */
+ * CPU time they leave. With spare_cpu, lowered work also keeps off the
+ * first CPU of the process's affinity when it has two or more, so a claim
+ * does not wait behind a clone's kernel work (on 2 CPUs this halves the
+ * refill rate). The jail's setup children inherit the class and CPUs of
+ * the worker that forks them. Default: SBX_POOL_SCHED_NORMAL, all CPUs. */
 typedef enum sbx_pool_sched {
   SBX_POOL_SCHED_NORMAL, /* SCHED_OTHER, nice 0 */
   SBX_POOL_SCHED_NICE,   /* SCHED_OTHER, nice SBX_POOL_NICE */
   SBX_POOL_SCHED_IDLE,   /* SCHED_IDLE: runs only on CPU time nothing else wants */
 } sbx_pool_sched;
 #define SBX_POOL_NICE 10
-void sbx_pool_mgr_set_background(sbx_pool_mgr *m, sbx_pool_sched s);
+void sbx_pool_mgr_set_background(sbx_pool_mgr *m, sbx_pool_sched s, bool spare_cpu);
 
 /* Replace the configured set: kept keys change targets in place, new keys
  * are prepared, omitted keys lose their warm instances. */

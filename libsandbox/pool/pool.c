@@ -93,7 +93,9 @@ void sbx_pool_mgr_free(sbx_pool_mgr *m) {
 
 int sbx_pool_mgr_fd(const sbx_pool_mgr *m) { return sbxi_workq_fd(m->q); }
 
-void sbx_pool_mgr_set_background(sbx_pool_mgr *m, sbx_pool_sched s) { sbxi_workq_set_background(m->q, s); }
+void sbx_pool_mgr_set_background(sbx_pool_mgr *m, sbx_pool_sched s, bool spare_cpu) {
+  sbxi_workq_set_background(m->q, s, spare_cpu);
+}
 
 static struct pool *find_pool(const sbx_pool_mgr *m, const sbx_pool_key *key) {
   for (size_t i = 0; i < m->npools; i++)

@@ -37,6 +37,7 @@ struct sbx_workq {
   unsigned nthreads;
   pthread_t *threads;
   sbx_pool_sched background; /* how non-urgent jobs run */
+  bool spare_cpu;            /* lowered jobs keep off the first CPU */
 };
 
 static void q_push(struct jobq *q, struct job *j) {
@@ -68,18 +69,38 @@ static void signal_fd(int fd) {
   (void)r;
 }
 
-/* Set the calling thread's class (Linux applies both calls per thread);
- * what it forks inherits it. Nice values are relative to base, the nice
- * the process was started with: normal means "as started", not nice 0,
- * so an operator's `nice sandboxd` holds for urgent jobs too. Raising it
- * back needs CAP_SYS_NICE or a permissive RLIMIT_NICE; without them the
- * thread stays lowered. */
-static void thread_sched(sbx_pool_sched s, int base) {
+/* The CPUs background work may use: the ones the thread was started with
+ * (sandboxd's own affinity), less the first of them when there are two or
+ * more. That CPU stays free for the claim path (the event loop, a claimed
+ * sandbox's silkd and its client): on a small node a claim woken behind a
+ * clone's kernel work (mounts, namespaces) otherwise waits for it, whatever
+ * the priorities, on a kernel built without preemption. */
+static void background_cpus(const cpu_set_t *base, cpu_set_t *out) {
+  *out = *base;
+  if (CPU_COUNT(base) < 2) return;
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (CPU_ISSET(cpu, base)) {
+      CPU_CLR(cpu, out);
+      return;
+    }
+  }
+}
+
+/* Set the calling thread's class (Linux applies each call per thread);
+ * what it forks, and the jail zygote's children for it, inherit it. Nice
+ * values are relative to base_nice, the nice the process was started
+ * with: normal means "as started", not nice 0, so an operator's `nice
+ * sandboxd` holds for urgent jobs too. Raising it back needs CAP_SYS_NICE
+ * or a permissive RLIMIT_NICE; without them the thread stays lowered. */
+static void thread_sched(sbx_pool_sched s, bool spare_cpu, int base_nice, const cpu_set_t *base_cpus) {
   struct sched_param sp = {0};
   pid_t tid = (pid_t)syscall(SYS_gettid);
   sched_setscheduler(tid, s == SBX_POOL_SCHED_IDLE ? SCHED_IDLE : SCHED_OTHER, &sp);
-  int nice = s == SBX_POOL_SCHED_NICE ? base + SBX_POOL_NICE : base;
+  int nice = s == SBX_POOL_SCHED_NICE ? base_nice + SBX_POOL_NICE : base_nice;
   setpriority(PRIO_PROCESS, (id_t)tid, nice > 19 ? 19 : nice);
+  cpu_set_t cpus = *base_cpus;
+  if (s != SBX_POOL_SCHED_NORMAL && spare_cpu) background_cpus(base_cpus, &cpus);
+  sched_setaffinity(tid, sizeof cpus, &cpus);
 }
 
 static void *worker(void *p) {
@@ -87,17 +108,25 @@ static void *worker(void *p) {
   errno = 0;
   int base = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
   if (errno) base = 0;
+  cpu_set_t base_cpus;
+  if (sched_getaffinity(0, sizeof base_cpus, &base_cpus) < 0) {
+    CPU_ZERO(&base_cpus);
+    for (long i = 0, n = sysconf(_SC_NPROCESSORS_ONLN); i < n && i < CPU_SETSIZE; i++) CPU_SET(i, &base_cpus);
+  }
   sbx_pool_sched cur = SBX_POOL_SCHED_NORMAL;
+  bool cur_spare = false;
   pthread_mutex_lock(&q->mu);
   for (;;) {
     while (!q->stopping && !q->todo.head) pthread_cond_wait(&q->cv, &q->mu);
     if (q->stopping) break;
     struct job *j = q_pop(&q->todo);
     sbx_pool_sched want = j->urgent ? SBX_POOL_SCHED_NORMAL : q->background;
+    bool spare = q->spare_cpu;
     pthread_mutex_unlock(&q->mu);
-    if (want != cur) {
-      thread_sched(want, base);
+    if (want != cur || spare != cur_spare) {
+      thread_sched(want, spare, base, &base_cpus);
       cur = want;
+      cur_spare = spare;
     }
     if (j->work) j->work(j->arg);
     pthread_mutex_lock(&q->mu);
@@ -175,9 +204,10 @@ void sbxi_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void
 
 int sbxi_workq_fd(const sbx_workq *q) { return q->efd; }
 
-void sbxi_workq_set_background(sbx_workq *q, sbx_pool_sched s) {
+void sbxi_workq_set_background(sbx_workq *q, sbx_pool_sched s, bool spare_cpu) {
   pthread_mutex_lock(&q->mu);
   q->background = s;
+  q->spare_cpu = spare_cpu;
   pthread_mutex_unlock(&q->mu);
 }
 

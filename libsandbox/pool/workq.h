@@ -15,7 +15,7 @@ void sbxi_workq_free(sbx_workq *q);
 void sbxi_workq_submit(sbx_workq *q, sbx_job_fn work, sbx_job_done_fn done, void *arg, bool urgent);
 int sbxi_workq_fd(const sbx_workq *q);
 /* How workers run jobs submitted as not urgent (urgent ones: normal). */
-void sbxi_workq_set_background(sbx_workq *q, sbx_pool_sched s);
+void sbxi_workq_set_background(sbx_workq *q, sbx_pool_sched s, bool spare_cpu);
 /* Make the fd readable without a finished job (a merged kick). */
 void sbxi_workq_wake(sbx_workq *q);
 /* Run every finished job's done callback; returns how many ran. */

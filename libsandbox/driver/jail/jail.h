@@ -14,6 +14,7 @@
 
 #include <limits.h>
 #include <linux/filter.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -143,6 +144,7 @@ typedef struct jail_zyg_req {
   uint64_t keep_caps;
   int32_t nice; /* of the thread asking, which the child takes, as a fork from it would */
   uint32_t fdmask;
+  cpu_set_t cpus; /* the asking thread's CPU affinity, likewise (and the zygote's for the clone) */
   uint32_t unshare_cgroup;
   char hostname[64];
   jail_zyg_op ops[JAIL_OPS_MAX];

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
@@ -156,6 +157,7 @@ int jail_zygote_clone(jail_zygote *z, const jail_plan *p, unsigned long ns_flags
   errno = 0;
   int nice = getpriority(PRIO_PROCESS, 0); /* this thread's */
   h->nice = errno ? 0 : nice;
+  if (sched_getaffinity(0, sizeof h->cpus, &h->cpus) < 0) CPU_ZERO(&h->cpus); /* empty: leave as is */
   h->unshare_cgroup = p->unshare_cgroup;
   snprintf(h->hostname, sizeof h->hostname, "%s", p->hostname);
   for (size_t i = 0; i < p->nops; i++) {

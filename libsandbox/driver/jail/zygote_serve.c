@@ -184,6 +184,9 @@ int sbxi_jail_zygote_serve(int fd, int (*run)(void *), void *arg) {
                             (CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWIPC);
       /* CLONE_CHILD_SETTID: the child's glibc reads its tid where it is
        * written (see tid_addr). */
+      /* The clone and the child run where the asking thread would have:
+       * background provisioning stays off the CPUs kept for claims. */
+      if (CPU_COUNT(&req.h.cpus) > 0) sched_setaffinity(0, sizeof req.h.cpus, &req.h.cpus);
       pid_t pid = (pid_t)syscall(SYS_clone, flags | CLONE_PARENT | CLONE_CHILD_SETTID, NULL, NULL, tid_addr, NULL);
       if (pid == 0) child(run, arg);
       if (pid < 0) rc = -errno;

@@ -325,6 +325,7 @@ static void test_provision_on_miss(void **state) {
  * same workers (the test runs as root: raising back needs CAP_SYS_NICE). */
 struct sched_probe {
   int nice, policy;
+  cpu_set_t cpus;
   bool done;
 };
 
@@ -334,6 +335,7 @@ static void probe_work(void *arg) {
   errno = 0;
   p->nice = getpriority(PRIO_PROCESS, (id_t)tid);
   p->policy = sched_getscheduler(tid);
+  sched_getaffinity(tid, sizeof p->cpus, &p->cpus);
 }
 
 static void probe_done(void *arg, bool cancelled) { ((struct sched_probe *)arg)->done = true; }
@@ -352,25 +354,46 @@ static void test_worker_sched(void **state) {
   struct sched_probe p;
   errno = 0;
   int inherited = getpriority(PRIO_PROCESS, 0);
+  cpu_set_t all, spared;
+  assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+  spared = all;
+  if (CPU_COUNT(&all) >= 2) { /* the first allowed CPU is the one kept free */
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+      if (CPU_ISSET(cpu, &all)) {
+        CPU_CLR(cpu, &spared);
+        break;
+      }
+  }
   run_probe(&p, false);
   assert_int_equal(p.nice, inherited); /* default: left as started */
+  assert_true(CPU_EQUAL(&p.cpus, &all));
   /* Relative to the nice the test was started with (scripts may run it
    * under `nice -n 5`): urgent jobs go back to that, not to nice 0. */
-  int lowered = inherited + SBX_POOL_NICE > 19 ? 19 : inherited + SBX_POOL_NICE;
-  sbx_pool_mgr_set_background(M, SBX_POOL_SCHED_NICE);
+  sbx_pool_mgr_set_background(M, SBX_POOL_SCHED_NICE, false);
   for (int i = 0; i < 4; i++) { /* both workers, whichever takes the job */
     run_probe(&p, false);
     assert_int_equal(p.policy, SCHED_OTHER);
-    assert_int_equal(p.nice, lowered);
+    assert_int_equal(p.nice, inherited + SBX_POOL_NICE > 19 ? 19 : inherited + SBX_POOL_NICE);
+    assert_true(CPU_EQUAL(&p.cpus, &all));
     run_probe(&p, true);
     assert_int_equal(p.nice, inherited);
   }
-  sbx_pool_mgr_set_background(M, SBX_POOL_SCHED_IDLE);
+  sbx_pool_mgr_set_background(M, SBX_POOL_SCHED_NICE, true);
+  for (int i = 0; i < 4; i++) {
+    run_probe(&p, false);
+    assert_true(CPU_EQUAL(&p.cpus, &spared));
+    run_probe(&p, true); /* a claim waiting on a clone may use every CPU */
+    assert_true(CPU_EQUAL(&p.cpus, &all));
+    assert_int_equal(p.nice, inherited);
+  }
+  sbx_pool_mgr_set_background(M, SBX_POOL_SCHED_IDLE, true);
   run_probe(&p, false);
   assert_int_equal(p.policy, SCHED_IDLE);
+  assert_true(CPU_EQUAL(&p.cpus, &spared));
   run_probe(&p, true);
   assert_int_equal(p.policy, SCHED_OTHER);
   assert_int_equal(p.nice, inherited);
+  assert_true(CPU_EQUAL(&p.cpus, &all));
 }
 
 static void test_leases(void **state) {

@@ -13,6 +13,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include <sys/resource.h>
+
 #include "sbxd_test.h"
 
 /* "@CGROUP@": a cgroup parent of its own (see sbxd_prepare). */
@@ -127,6 +129,45 @@ static void test_lifecycle(void **state) {
   assert_int_equal(sbxd_status(P.port, "GET", path, "root-token-for-jail-test", NULL), 404);
 }
 
+/* Warm sandboxes are made by lowered workers kept off one CPU; what a
+ * claimant runs must not inherit that: the daemon's CPUs and nice. */
+static void test_claimed_runs_unthrottled(void **state) {
+  SKIP_IF_NEEDED();
+  char want[256] = "", line[256];
+  FILE *f = fopen("/proc/self/status", "r");
+  assert_non_null(f);
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Cpus_allowed_list: %200s", want) == 1) break;
+  fclose(f);
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, 0);
+  char expect[300];
+  snprintf(expect, sizeof expect, "%s\n%d\n", want, nice);
+  /* A warm one, made in the background (a clone-tier claim runs urgent). */
+  bool warm = false;
+  for (int i = 0; i < 3000 && !warm; i++) { /* a hang guard, not a threshold */
+    struct http_resp r;
+    assert_int_equal(sbxd_http(P.port, "GET", "/v1/info", "root-token-for-jail-test", NULL, &r), 0);
+    json_t *info = json_loads(r.body, 0, NULL);
+    json_t *pool = json_array_get(json_object_get(info, "pools"), 0);
+    warm = json_integer_value(json_object_get(pool, "warm")) >= 1;
+    json_decref(info);
+    http_resp_free(&r);
+    if (!warm) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  }
+  assert_true(warm);
+  struct sbxd_claim c;
+  claim(&c);
+  int st;
+  json_t *v = exec(&c,
+                   "{\"argv\":[\"sh\",\"-c\",\"grep Cpus_allowed_list /proc/self/status | cut -f2; "
+                   "cut -d' ' -f19 /proc/self/stat\"]}",
+                   &st);
+  assert_int_equal(st, 200);
+  assert_string_equal(json_string_value(json_object_get(v, "stdout")), expect);
+  json_decref(v);
+}
+
 static void test_kill9_readopt(void **state) {
   SKIP_IF_NEEDED();
   struct sbxd_claim c;
@@ -148,6 +189,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill9_readopt, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_claimed_runs_unthrottled, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
