@@ -43,6 +43,8 @@ static void test_version_and_bad_configs(void **state) {
       {"{\"pools\":[{\"template\":\"host\",\"warmup\":[\"sh\",\"-c\",\"true\"]}]}",
        "pools[0].warmup[0]: must be an absolute path"},
       {"{\"driver\":\"xen\"}", "driver"},
+      {"{\"reserve_claim_cpu\":1}", "reserve_claim_cpu"},
+      {"{\"relay_handoff\":\"yes\"}", "relay_handoff"},
       {"{\"listen\":\"127.0.0.1:0\"} trailing", "line"},
       {"{\"a\":1,\"a\":2}", "duplicate"},
   };
