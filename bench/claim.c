@@ -399,6 +399,38 @@ static bool want(const char *phase) {
   return false;
 }
 
+/* n warm claims, each timed from the HTTP claim to silkd's info answer
+ * (with the HTTP claim and the upgrade + info step apart) and released;
+ * settled waits for a full pool before each one. */
+static void warm_claims(int ctl, int n, bool settled) {
+  double *lat = calloc((size_t)n, sizeof *lat), *cl = calloc((size_t)n, sizeof *cl),
+         *rl = calloc((size_t)n, sizeof *rl);
+  int ok = 0;
+  unsigned long f0 = loop_minflt();
+  for (int i = 0; i < n; i++) {
+    wait_warm(ctl, settled ? 4 : 1);
+    if (settled) usleep(2000); /* let the last clone's probe connection wind down */
+    char id[32], tok[64];
+    double t0 = now_ms();
+    if (claim_ready(ctl, id, tok) == 0) {
+      cl[ok] = last_claim_ms;
+      rl[ok] = last_relay_ms;
+      lat[ok++] = now_ms() - t0;
+      release(ctl, id, tok);
+    }
+  }
+  qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
+  qsort(cl, (size_t)ok, sizeof *cl, cmp_d);
+  qsort(rl, (size_t)ok, sizeof *rl, cmp_d);
+  printf("warm   %-12s n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  (HTTP claim alone p50 %.3f ms, "
+         "upgrade+info p50 %.3f ms; %.0f loop page faults per claim)\n",
+         settled ? "settled" : "claim->info", ok, pct(lat, ok, 50), pct(lat, ok, 90), pct(lat, ok, 99),
+         pct(cl, ok, 50), pct(rl, ok, 50), ok ? (double)(loop_minflt() - f0) / ok : 0);
+  free(lat);
+  free(cl);
+  free(rl);
+}
+
 int main(int argc, char **argv) {
   int n = 200, clients = 8;
   double churn_s = 2;
@@ -429,62 +461,13 @@ int main(int argc, char **argv) {
   int ctl = dial();
   wait_warm(ctl, 4);
 
-  double *lat = calloc((size_t)n, sizeof *lat);
+  /* warm tier, with refill running; then settled: the same with the pool
+   * full before each claim, the claim path alone without a clone
+   * competing for the CPUs */
+  if (want("warm")) warm_claims(ctl, n, false);
+  if (want("settled")) warm_claims(ctl, n, true);
   int ok = 0;
-  /* warm tier */
-  if (want("warm")) {
-    double *cl = calloc((size_t)n, sizeof *cl), *rl = calloc((size_t)n, sizeof *rl);
-    unsigned long f0 = loop_minflt();
-    for (int i = 0; i < n; i++) {
-      wait_warm(ctl, 1);
-      char id[32], tok[64];
-      double t0 = now_ms();
-      if (claim_ready(ctl, id, tok) == 0) {
-        cl[ok] = last_claim_ms;
-        rl[ok] = last_relay_ms;
-        lat[ok++] = now_ms() - t0;
-        release(ctl, id, tok);
-      }
-    }
-    qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
-    qsort(cl, (size_t)ok, sizeof *cl, cmp_d);
-    qsort(rl, (size_t)ok, sizeof *rl, cmp_d);
-    printf("warm   claim->info  n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  (HTTP claim alone p50 %.3f ms, "
-           "upgrade+info p50 %.3f ms; %.0f loop page faults per claim)\n",
-           ok, pct(lat, ok, 50), pct(lat, ok, 90), pct(lat, ok, 99), pct(cl, ok, 50), pct(rl, ok, 50),
-           ok ? (double)(loop_minflt() - f0) / ok : 0);
-    free(cl);
-    free(rl);
-  }
-
-  /* the same with refill settled before each claim: the claim path alone,
-   * without a clone competing for the CPUs */
-  if (want("settled")) {
-    ok = 0;
-    double *cl = calloc((size_t)n, sizeof *cl), *rl = calloc((size_t)n, sizeof *rl);
-    unsigned long f0 = loop_minflt();
-    for (int i = 0; i < n; i++) {
-      wait_warm(ctl, 4);
-      usleep(2000); /* let the last clone's probe connection wind down */
-      char id[32], tok[64];
-      double t0 = now_ms();
-      if (claim_ready(ctl, id, tok) == 0) {
-        cl[ok] = last_claim_ms;
-        rl[ok] = last_relay_ms;
-        lat[ok++] = now_ms() - t0;
-        release(ctl, id, tok);
-      }
-    }
-    qsort(lat, (size_t)ok, sizeof *lat, cmp_d);
-    qsort(cl, (size_t)ok, sizeof *cl, cmp_d);
-    qsort(rl, (size_t)ok, sizeof *rl, cmp_d);
-    printf("warm   settled      n=%d  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  (HTTP claim alone p50 %.3f ms, "
-           "upgrade+info p50 %.3f ms; %.0f loop page faults per claim)\n",
-           ok, pct(lat, ok, 50), pct(lat, ok, 90), pct(lat, ok, 99), pct(cl, ok, 50), pct(rl, ok, 50),
-           ok ? (double)(loop_minflt() - f0) / ok : 0);
-    free(cl);
-    free(rl);
-  }
+  double *lat = calloc((size_t)n, sizeof *lat);
 
   /* clone tier: no warm instances, every claim clones the golden */
   if (want("clone")) {
