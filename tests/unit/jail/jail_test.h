@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include <sandbox/agent.h>
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
 
@@ -44,6 +45,30 @@ static inline int jt_count_dir(const char *path) {
     if (de->d_name[0] != '.') n++;
   closedir(d);
   return n;
+}
+
+/* A connection to the jail's silkd, with a hang guard of a minute. */
+static inline sbx_agent *jt_agent(sbx_instance *s) {
+  sbx_error err = {0};
+  int fd = -1;
+  assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
+  sbx_agent *a = NULL;
+  assert_int_equal(sbx_agent_open(fd, &a, &err), 0);
+  sbx_agent_set_timeout(a, 60000);
+  return a;
+}
+
+/* Runs script with /bin/sh through a; its stdout in out, and its code. */
+static inline int jt_sh(sbx_agent *a, const char *script, char *out, size_t cap) {
+  sbx_error err = {0};
+  sbx_buf o = SBX_BUF_INIT(1 << 20), e = SBX_BUF_INIT(1 << 20);
+  const char *argv[] = {"/bin/sh", "-c", script, NULL};
+  int code = -1000;
+  if (sbx_agent_run(a, argv, &o, &e, &code, &err) < 0) fail_msg("exec: %s", err.msg);
+  snprintf(out, cap, "%s", o.ptr ? o.ptr : "");
+  sbx_buf_free(&o);
+  sbx_buf_free(&e);
+  return code;
 }
 
 /* A clone of the golden running the real silkd, named id; fails the test

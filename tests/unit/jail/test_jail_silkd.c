@@ -24,29 +24,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-static sbx_agent *open_agent(sbx_instance *s) {
-  sbx_error err = {0};
-  int fd = -1;
-  assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
-  sbx_agent *a = NULL;
-  assert_int_equal(sbx_agent_open(fd, &a, &err), 0);
-  sbx_agent_set_timeout(a, 60000);
-  return a;
-}
-
-
-static int run(sbx_agent *a, const char *script, char *out, size_t cap) {
-  sbx_error err = {0};
-  sbx_buf o = SBX_BUF_INIT(1 << 20), e = SBX_BUF_INIT(1 << 20);
-  const char *argv[] = {"/bin/sh", "-c", script, NULL};
-  int code = -1000;
-  if (sbx_agent_run(a, argv, &o, &e, &code, &err) < 0) fail_msg("exec: %s", err.msg);
-  snprintf(out, cap, "%s", o.ptr ? o.ptr : "");
-  sbx_buf_free(&o);
-  sbx_buf_free(&e);
-  return code;
-}
-
 static void assert_info(sbx_agent *a) {
   sbx_error err = {0};
   sbx_resp_info info;
@@ -58,9 +35,9 @@ static void assert_info(sbx_agent *a) {
 static void test_exec_through_silkd(void **state) {
   (void)state;
   sbx_instance *s = jt_clone(&T, "sk-exec");
-  sbx_agent *a = open_agent(s);
+  sbx_agent *a = jt_agent(s);
   char out[4096];
-  assert_int_equal(run(a, "echo hello; hostname; cat /proc/1/comm; exit 7", out, sizeof out), 7);
+  assert_int_equal(jt_sh(a, "echo hello; hostname; cat /proc/1/comm; exit 7", out, sizeof out), 7);
   assert_string_equal(out, "hello\nsk-exec\nsilkd\n");
   sbx_agent_close(a);
   sbx_error err = {0};
@@ -70,12 +47,12 @@ static void test_exec_through_silkd(void **state) {
 static void test_silkd_survives_oom_and_fork_bomb(void **state) {
   (void)state;
   sbx_instance *s = jt_clone(&T, "sk-limits");
-  sbx_agent *a = open_agent(s);
+  sbx_agent *a = jt_agent(s);
   char out[4096];
-  assert_int_equal(run(a, "exec python3 -c 'b=[]\nwhile True: b.append(bytearray(32<<20))'", out, sizeof out),
+  assert_int_equal(jt_sh(a, "exec python3 -c 'b=[]\nwhile True: b.append(bytearray(32<<20))'", out, sizeof out),
                    137);
   assert_info(a);
-  int code = run(a,
+  int code = jt_sh(a,
                  "python3 -c '\n"
                  "import os,errno,signal\n"
                  "kids=[]\n"
@@ -138,7 +115,7 @@ static void test_directory_template(void **state) {
   spec.id = "sk-dir";
   sbx_instance *s = NULL;
   assert_int_equal(sbx_sandbox_clone(T.drv, g, &spec, &s, &err), 0);
-  sbx_agent *a = open_agent(s);
+  sbx_agent *a = jt_agent(s);
   sbx_buf b = SBX_BUF_INIT(4096);
   assert_int_equal(sbx_agent_read_file(a, "/hello.txt", &b, &err), 0);
   assert_string_equal(b.ptr, "from the template\n");
@@ -214,7 +191,7 @@ static void test_archive_template(void **state) {
   spec.id = "sk-tar";
   sbx_instance *s = NULL;
   assert_int_equal(sbx_sandbox_clone(T.drv, g, &spec, &s, &err), 0);
-  sbx_agent *a = open_agent(s);
+  sbx_agent *a = jt_agent(s);
   sbx_buf b = SBX_BUF_INIT(4096);
   assert_int_equal(sbx_agent_read_file(a, "/etc/motd.link", &b, &err), 0);
   assert_string_equal(b.ptr, "hello from tar\n");

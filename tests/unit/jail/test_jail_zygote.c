@@ -42,19 +42,8 @@ static void destroy(sbx_instance *s) {
 
 /* Runs script through the jail's silkd; its stdout, and its code. */
 static int run_in(sbx_instance *s, const char *script, char *out, size_t cap) {
-  sbx_error err = {0};
-  int fd = -1;
-  assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
-  sbx_agent *a = NULL;
-  assert_int_equal(sbx_agent_open(fd, &a, &err), 0);
-  sbx_agent_set_timeout(a, 60000);
-  sbx_buf o = SBX_BUF_INIT(1 << 20), e = SBX_BUF_INIT(1 << 20);
-  const char *argv[] = {"/bin/sh", "-c", script, NULL};
-  int code = -1000;
-  if (sbx_agent_run(a, argv, &o, &e, &code, &err) < 0) fail_msg("exec: %s", err.msg);
-  snprintf(out, cap, "%s", o.ptr ? o.ptr : "");
-  sbx_buf_free(&o);
-  sbx_buf_free(&e);
+  sbx_agent *a = jt_agent(s);
+  int code = jt_sh(a, script, out, cap);
   sbx_agent_close(a);
   return code;
 }
@@ -99,11 +88,7 @@ static void test_zygote_silkd_threads(void **state) {
   (void)state;
   sbx_instance *s = jt_clone(&T, "zy-threads");
   sbx_error err = {0};
-  int fd = -1;
-  assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
-  sbx_agent *a = NULL;
-  assert_int_equal(sbx_agent_open(fd, &a, &err), 0);
-  sbx_agent_set_timeout(a, 60000);
+  sbx_agent *a = jt_agent(s);
   for (int round = 0; round < 3; round++) {
     sbx_wire_req req;
     memset(&req, 0, sizeof req);
