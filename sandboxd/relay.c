@@ -135,18 +135,25 @@ static void relay_free(struct relay *r) {
   sbx_free(r);
 }
 
-static struct relay *relay_new(struct sbxd *d, sbx_lease *l, int fd, bool framed) {
+/* A blank relay of the lease's sandbox, on the node's list: it holds the
+ * lease until relay_free. */
+static struct relay *relay_link(struct sbxd *d, sbx_lease *l) {
   struct relay *r = sbx_calloc(1, sizeof *r);
   r->d = d;
-  r->framed = framed;
   snprintf(r->id, sizeof r->id, "%s", l->id);
-  evutil_make_socket_nonblocking(fd);
-  r->guest = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
-  relay_io_size(r->guest);
   r->next = d->relays;
   if (d->relays) d->relays->prev = r;
   d->relays = r;
   l->holds++;
+  return r;
+}
+
+static struct relay *relay_new(struct sbxd *d, sbx_lease *l, int fd, bool framed) {
+  struct relay *r = relay_link(d, l);
+  r->framed = framed;
+  evutil_make_socket_nonblocking(fd);
+  r->guest = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
+  relay_io_size(r->guest);
   return r;
 }
 
@@ -464,19 +471,13 @@ static int handoff(struct sbxd *d, sbx_lease *l, int cfd, int gfd, struct evbuff
     goto drop;
   }
   shutdown(gfd, SHUT_WR);
-  struct relay *r = sbx_calloc(1, sizeof *r);
-  r->d = d;
+  struct relay *r = relay_link(d, l);
   r->handoff = true;
   r->hfd = cfd;
   r->carrier = gfd;
-  snprintf(r->id, sizeof r->id, "%s", l->id);
   r->hev = event_new(d->base, gfd, EV_READ | EV_PERSIST, ho_carrier_read, r);
   r->timer = evtimer_new(d->base, drain_timeout, r);
   event_add(r->hev, NULL);
-  r->next = d->relays;
-  if (d->relays) d->relays->prev = r;
-  d->relays = r;
-  l->holds++;
   return 0;
 drop:
   close(cfd);
@@ -544,10 +545,8 @@ static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int
   int sb = RELAY_GUEST_SNDBUF; /* FORCE passes net.core.wmem_max (root); else capped there */
   if (setsockopt(gfd, SOL_SOCKET, SO_SNDBUFFORCE, &sb, sizeof sb) < 0)
     setsockopt(gfd, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
-  struct relay *r = sbx_calloc(1, sizeof *r);
-  r->d = d;
+  struct relay *r = relay_link(d, l);
   r->spliced = true;
-  snprintf(r->id, sizeof r->id, "%s", l->id);
   r->c2g = (struct sdir){.in = cfd, .out = gfd, .pipe = {cp[0], cp[1]}, .cap = (size_t)cap};
   r->g2c = (struct sdir){.in = gfd, .out = cfd, .pipe = {-1, -1}, .cap = RELAY_BUF};
   r->c2g.rev = event_new(d->base, cfd, EV_READ | EV_PERSIST, fd_client_read, r);
@@ -555,10 +554,6 @@ static bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int
   r->g2c.rev = event_new(d->base, gfd, EV_READ | EV_PERSIST, fd_guest_read, r);
   r->g2c.wev = event_new(d->base, cfd, EV_WRITE | EV_PERSIST, fd_client_write, r);
   r->timer = evtimer_new(d->base, drain_timeout, r);
-  r->next = d->relays;
-  if (d->relays) d->relays->prev = r;
-  d->relays = r;
-  l->holds++;
   r->g2c.buf = buf_get();
   memcpy(r->g2c.buf, AGENT_101 + head_sent, sizeof AGENT_101 - 1 - head_sent);
   r->g2c.held = sizeof AGENT_101 - 1 - head_sent;
