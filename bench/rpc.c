@@ -143,25 +143,6 @@ static uint64_t proc_cpu_ns(pid_t pid) { return sum_over_tasks(pid, "schedstat",
 /* Sleeps of every thread of pid. */
 static uint64_t proc_ctxsw(pid_t pid) { return sum_over_tasks(pid, "status", voluntary_switches); }
 
-/* CPU time of the silkd processes below sandboxd (the claimed sandbox's
- * and the idle pool's, which adds nothing). */
-static uint64_t silkd_cpu_ns(void) {
-  DIR *d = opendir("/proc");
-  uint64_t sum = 0;
-  for (struct dirent *e; d && (e = readdir(d));) {
-    pid_t pid = (pid_t)atoi(e->d_name);
-    char p[64], comm[32] = "";
-    snprintf(p, sizeof p, "/proc/%d/comm", (int)pid);
-    FILE *f = pid > 0 ? fopen(p, "r") : NULL;
-    if (!f) continue;
-    if (!fgets(comm, sizeof comm, f)) comm[0] = '\0';
-    fclose(f);
-    if (strcmp(comm, "silkd\n") == 0 && below_daemon(pid)) sum += proc_cpu_ns(pid);
-  }
-  if (d) closedir(d);
-  return sum;
-}
-
 /* The silkd below sandboxd that used the most CPU between two scans: the
  * claimed sandbox's (the idle pool's does nothing). */
 #define MAX_SILKD 16
@@ -188,6 +169,16 @@ static void silkd_list(silkd_scan *out) {
     }
   }
   if (d) closedir(d);
+}
+
+/* CPU time of the silkd processes below sandboxd (the claimed sandbox's
+ * and the idle pool's, which adds nothing). */
+static uint64_t silkd_cpu_ns(void) {
+  silkd_scan sc;
+  silkd_list(&sc);
+  uint64_t sum = 0;
+  for (int i = 0; i < sc.n; i++) sum += sc.ns[i];
+  return sum;
 }
 
 static pid_t busiest_silkd(const silkd_scan *before) {
