@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "driver/driver_internal.h"
 
 static int port;
 static pid_t daemon_pid = -1;
@@ -66,18 +67,12 @@ static uint64_t read_u64_file(const char *path) {
   return v;
 }
 
-/* The fields of /proc/PID/task/TID/stat after the comm (from the state,
- * field 3, on), in buf; NULL when the task is gone. */
+/* The fields of /proc/PID/task/TID/stat from the state (field 3) on, in
+ * buf; NULL when the task is gone. */
 static const char *task_stat(pid_t pid, pid_t tid, char *buf, size_t cap) {
   char path[96];
   snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  size_t n = fread(buf, 1, cap - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')');
-  return p ? p + 2 : NULL;
+  return sbxi_proc_stat_fields(path, buf, cap);
 }
 
 /* utime + stime of one task of the daemon, in ns. */

@@ -23,6 +23,7 @@
 static char bench_bin_dir[4096];
 #define SBX_BUILD_BIN_DIR bench_bin_dir
 #include "../tests/unit/silkd/silkd_client.h"
+#include "driver/driver_internal.h"
 
 #define CHUNK (256 * 1024)
 
@@ -156,16 +157,10 @@ static size_t drain(bconn *c, sbx_wire_type final) {
 static double server_cpu_s(pid_t pid) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')');
+  const char *p = sbxi_proc_stat_fields(path, buf, sizeof buf);
   unsigned long ut = 0, st = 0;
-  /* fields after the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return 0;
+  /* from the state on: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+  if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return 0;
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 

@@ -149,19 +149,22 @@ int sbxi_pidfd_wait(int pidfd, int timeout_ms, const char *id, sbx_error *err) {
   }
 }
 
-unsigned long long sbxi_proc_starttime(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+const char *sbxi_proc_stat_fields(const char *path, char *buf, size_t cap) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
+  if (fd < 0) return NULL;
+  ssize_t n = read(fd, buf, cap - 1);
   close(fd);
-  if (n <= 0) return 0;
+  if (n <= 0) return NULL;
   buf[n] = '\0';
   /* the command name (field 2) may hold spaces: count from its ')' */
   char *p = strrchr(buf, ')');
-  if (!p) return 0;
-  p += 2; /* field 3 */
+  return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
+unsigned long long sbxi_proc_starttime(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  const char *p = sbxi_proc_stat_fields(path, buf, sizeof buf);
   for (int f = 3; f < 22 && p; f++) {
     p = strchr(p, ' ');
     if (p) p++;

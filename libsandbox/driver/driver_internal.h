@@ -24,6 +24,9 @@ int sbxi_check_id(const char *id, sbx_error *err);
  * forever. SBX_E_TIMEOUT naming the sandbox id if it is still running. */
 /* Starting time of pid in clock ticks (field 22 of /proc/pid/stat); with
  * the pid it names a process unambiguously across pid reuse. 0 if gone. */
+/* The fields of a /proc/.../stat file after the command name, from the
+ * state (field 3) on, read into buf; NULL when it cannot be read. */
+const char *sbxi_proc_stat_fields(const char *path, char *buf, size_t cap);
 unsigned long long sbxi_proc_starttime(pid_t pid);
 
 int sbxi_pidfd_wait(int pidfd, int timeout_ms, const char *id, sbx_error *err);
