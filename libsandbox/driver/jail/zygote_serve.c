@@ -59,6 +59,12 @@ static int build_plan(size_t len, const int *fds) {
       !memchr(h->hostname, '\0', sizeof h->hostname) || fds[ZFD_GO] < 0 || fds[ZFD_REPORT] < 0 ||
       fds[ZFD_DEVNULL] < 0)
     return -EPROTO;
+  /* Fail closed: never a child in the host's namespaces. pid, mount and
+   * uts are always new; net and ipc are new or the pool's. */
+  const uint64_t always = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS;
+  if ((h->clone_flags & always) != always || (!(h->clone_flags & CLONE_NEWNET) && fds[ZFD_NET] < 0) ||
+      (!(h->clone_flags & CLONE_NEWIPC) && fds[ZFD_IPC] < 0))
+    return -EPROTO;
   memset(&plan, 0, offsetof(jail_plan, arena));
   plan.nops = h->nops;
   for (size_t i = 0; i < h->nops; i++) {

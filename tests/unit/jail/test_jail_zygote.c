@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 
@@ -13,6 +14,7 @@
 
 #include "jail_test.h"
 #include "zygote_probe.h"
+#include "driver/jail/jail.h"
 
 #define CYCLES 200
 
@@ -259,6 +261,82 @@ static void test_zygote_cycles_leave_nothing(void **state) {
   assert_int_equal(mounts1, mounts0);
 }
 
+/* The zygote checks every request before it clones: a short one, a wrong
+ * magic, one without the fds a jail needs, sizes that do not add up, an
+ * op string out of the arena, an unterminated hostname and a well-formed
+ * one that asks for no new namespaces are each answered EPROTO with no
+ * child, and it goes on serving; the end of its socket ends it with 0. */
+static void test_zygote_refuses_malformed(void **state) {
+  (void)state;
+  int sp[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(sp[1], 3);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0), dup2(null, 1);
+    execl(SBX_BUILD_BIN_DIR "/silkd", "silkd", "--zygote", "fd:3", (char *)NULL);
+    _exit(127);
+  }
+  close(sp[1]);
+  jail_zyg_hello hello;
+  assert_int_equal(read(sp[0], &hello, sizeof hello), (ssize_t)sizeof hello);
+  assert_int_equal(hello.magic, JAIL_ZYG_MAGIC);
+  assert_int_equal(hello.req_size, sizeof(jail_zyg_req));
+
+  static jail_zyg_req bad[6];
+  memset(bad, 0, sizeof bad);
+  for (int i = 0; i < 6; i++) bad[i].magic = JAIL_ZYG_MAGIC;
+  bad[0].magic = 0xdeadbeef;                      /* another build's request */
+  bad[1].nops = JAIL_OPS_MAX + 1;                 /* more ops than a plan has */
+  bad[2].arena_len = 100;                         /* the arena is not there */
+  bad[3].nops = 1;                                /* an op string past the arena */
+  bad[3].ops[0].src = 7;
+  memset(bad[4].hostname, 'x', sizeof bad[4].hostname); /* no terminator */
+  /* Well formed but in the host's namespaces (clone_flags 0): refused. Its
+   * hostname is the host's own, so even a regression that ran it would
+   * change nothing there. */
+  assert_int_equal(gethostname(bad[5].hostname, sizeof bad[5].hostname - 1), 0);
+  for (int i = 3; i < 6; i++) bad[i].fdmask = 1u << ZFD_GO | 1u << ZFD_REPORT | 1u << ZFD_DEVNULL;
+  const size_t sizes[] = {4, sizeof bad[0], sizeof bad[1], sizeof bad[2], sizeof bad[3], sizeof bad[4], sizeof bad[5]};
+  const void *msgs[] = {&bad[0], &bad[0], &bad[1], &bad[2], &bad[3], &bad[4], &bad[5]};
+  for (size_t i = 0; i < 7; i++) {
+    /* The first four come without fds, itself a refusal; the last three
+     * carry the three a jail needs, so the plan is checked. */
+    int fds[3];
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int k = 0; k < 3; k++) fds[k] = devnull;
+    union {
+      struct cmsghdr h;
+      char b[CMSG_SPACE(sizeof fds)];
+    } u;
+    memset(&u, 0, sizeof u);
+    struct iovec iov = {(void *)msgs[i], sizes[i]};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (i >= 4) {
+      m.msg_control = u.b;
+      m.msg_controllen = sizeof u.b;
+      struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+      h->cmsg_level = SOL_SOCKET;
+      h->cmsg_type = SCM_RIGHTS;
+      h->cmsg_len = CMSG_LEN(sizeof fds);
+      memcpy(CMSG_DATA(h), fds, sizeof fds);
+    }
+    assert_int_equal(sendmsg(sp[0], &m, 0), (ssize_t)sizes[i]);
+    close(devnull);
+    jail_zyg_reply r = {-1, 0};
+    assert_int_equal(read(sp[0], &r, sizeof r), (ssize_t)sizeof r);
+    if (r.errnum != EPROTO) fprintf(stderr, "case %zu: pid %d errnum %d\n", i, r.pid, r.errnum);
+    assert_int_equal(r.pid, 0);
+    assert_int_equal(r.errnum, EPROTO);
+  }
+  close(sp[0]);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_zygote_pid1_same_as_exec),
@@ -269,6 +347,7 @@ int main(void) {
 #endif
       cmocka_unit_test(test_dead_zygote_falls_back_and_restarts),
       cmocka_unit_test(test_zygote_cycles_leave_nothing),
+      cmocka_unit_test(test_zygote_refuses_malformed),
   };
   return cmocka_run_group_tests_name("jail_zygote", tests, setup, teardown);
 }
