@@ -270,12 +270,16 @@ static bool evict_oldest(struct http_server *s) {
 }
 
 /* Refuse a connection nobody can serve: a best-effort 503 (the socket
- * buffer of a new connection takes it) and close. */
+ * buffer of a new connection takes it), then close. What the client has
+ * sent so far is read first: closing over unread bytes would reset the
+ * connection and could take the answer with it. */
 static void shed(int fd) {
-  char buf[512];
+  char buf[4096];
   int n = simple_answer(buf, sizeof buf, 503, "too many connections");
   ssize_t w = send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
-  (void)w;
+  shutdown(fd, SHUT_WR);
+  for (int i = 0; i < 16 && (w = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0; i++) {
+  }
   close(fd);
 }
 
@@ -327,7 +331,7 @@ static void accept_error_cb(struct evconnlistener *l, void *arg) {
     if (evict_oldest(s)) return;
     if (s->reserve_fd >= 0) {
       close(s->reserve_fd);
-      int fd = accept4(evconnlistener_get_fd(l), NULL, NULL, SOCK_CLOEXEC);
+      int fd = accept4(evconnlistener_get_fd(l), NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) shed(fd);
       s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (fd >= 0) return;

@@ -44,6 +44,7 @@ struct http_req {
   size_t content_length; /* what the head announced */
   char *body;
   size_t body_len;
+  bool http10;
   bool keep_alive;
   bool replied;
   /* Called once if the client goes away before the answer (exec kills). */

@@ -72,7 +72,7 @@ static bool name_is(const char *name, size_t len, const char *want) {
 }
 
 /* METHOD SP /target SP HTTP/1.x */
-static int parse_request_line(struct http_req *r, const char *l, size_t n, bool *http10) {
+static int parse_request_line(struct http_req *r, const char *l, size_t n) {
   size_t i = 0;
   while (i < n && is_tchar((unsigned char)l[i])) i++;
   if (i == 0 || i >= sizeof r->method || i == n || l[i] != ' ') return -1;
@@ -83,9 +83,8 @@ static int parse_request_line(struct http_req *r, const char *l, size_t n, bool 
   if (tl == 0 || t[0] != '/' || t + tl == l + n || t[tl] != ' ') return -1;
   const char *v = t + tl + 1;
   size_t vl = (size_t)(l + n - v);
-  if (vl == 8 && memcmp(v, "HTTP/1.1", 8) == 0) *http10 = false;
-  else if (vl == 8 && memcmp(v, "HTTP/1.0", 8) == 0) *http10 = true;
-  else return -1;
+  if (vl != 8 || memcmp(v, "HTTP/1.", 7) != 0 || (v[7] != '0' && v[7] != '1')) return -1;
+  r->http10 = v[7] == '0';
   const char *q = memchr(t, '?', tl);
   if (q) r->query = sbx_strndup(q + 1, tl - (size_t)(q + 1 - t));
   r->path = sbx_strndup(t, q ? (size_t)(q - t) : tl);
@@ -144,6 +143,24 @@ static int parse_framing(struct http_req *r, const char **why) {
   return 0;
 }
 
+/* The request line, then fields up to the blank line, which must end the
+ * buffer: 0, or the status with *why. */
+static int parse_lines(struct http_req *r, const char *p, const char *end, const char **why) {
+  long n = next_line(p, end);
+  if (n < 0 || parse_request_line(r, p, (size_t)n) < 0) return 400;
+  p += n + 2;
+  for (;;) {
+    n = next_line(p, end);
+    if (n < 0) return 400;
+    if (n == 0) break;
+    int st = parse_field(r, p, (size_t)n, why);
+    if (st) return st;
+    p += n + 2;
+  }
+  *why = "malformed request";
+  return p + 2 == end ? 0 : 400;
+}
+
 int http_parse_head(const char *buf, size_t len, struct http_req **out, const char **why) {
   *out = NULL;
   *why = "malformed request";
@@ -152,31 +169,17 @@ int http_parse_head(const char *buf, size_t len, struct http_req **out, const ch
     return 431;
   }
   struct http_req *r = sbx_calloc(1, sizeof *r);
-  const char *p = buf, *end = buf + len;
-  long n = next_line(p, end);
-  bool http10 = false;
-  int st = 400;
-  if (n < 0 || parse_request_line(r, p, (size_t)n, &http10) < 0) goto bad;
-  p += n + 2;
-  for (;;) {
-    n = next_line(p, end);
-    if (n < 0) goto bad;
-    if (n == 0) break;
-    if ((st = parse_field(r, p, (size_t)n, why))) goto bad;
-    p += n + 2;
+  int st = parse_lines(r, buf, buf + len, why);
+  if (!st) st = parse_framing(r, why);
+  if (st) {
+    http_req_free(r);
+    return st;
   }
-  /* The head is exactly the lines up to the blank one. */
-  st = 400;
-  if (p + 2 != end) goto bad;
-  if ((st = parse_framing(r, why))) goto bad;
   const char *conn = http_header(r, "Connection");
   r->keep_alive =
-      http10 ? (conn && http_token_in_list(conn, "keep-alive")) : !(conn && http_token_in_list(conn, "close"));
+      r->http10 ? (conn && http_token_in_list(conn, "keep-alive")) : !(conn && http_token_in_list(conn, "close"));
   *out = r;
   return 0;
-bad:
-  http_req_free(r);
-  return st;
 }
 
 struct http_req *http_parse(const char *buf, size_t len, size_t *used, int *status) {
