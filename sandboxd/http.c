@@ -402,6 +402,8 @@ int http_server_listen(struct http_server *s, const char *host, int port, char *
   }
   evconnlistener_set_error_cb(s->lis, accept_error_cb);
   if (s->reserve_fd < 0) s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  sbx_info("http: at most %zu connections; head %d s, body %d s", s->lim.max_conns, s->lim.head_timeout_s,
+           s->lim.body_timeout_s);
   s->resume = evtimer_new(s->base, resume_accept_cb, s);
   struct sockaddr_storage got;
   socklen_t gl = sizeof got;
