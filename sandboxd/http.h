@@ -1,8 +1,8 @@
 /* http.h - the small HTTP/1.1 server of sandboxd.
  *
  * Our own on purpose, written on bufferevents rather than evhttp because
- * sandboxd needs three things libevent 2.1's evhttp makes awkward: a
- * timeout that covers only the request head (spec §3.1), taking a
+ * sandboxd needs three things libevent 2.1's evhttp makes awkward:
+ * deadlines that cover only the request, not the answer (spec §3.1), taking a
  * connection over for an upgrade with the exact 101 bytes and the
  * pipelined bytes after the head (§4.21; the agent connection is handed to
  * silkd), and answers that arrive later from a worker (claims, exec).

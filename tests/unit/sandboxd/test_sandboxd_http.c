@@ -320,6 +320,26 @@ static void test_emfile_leaves_healthz(void **state) {
   sbxd_jail_cleanup(&q);
 }
 
+/* The three keys are checked like every other: wrong type or range stops
+ * the load naming the key. */
+static void test_config_keys(void **state) {
+  static const struct {
+    const char *key, *value;
+    int rc;
+  } cases[] = {
+      {"max_connections", "0", 0},         {"max_connections", "100000", 0}, {"head_timeout_seconds", "1", 0},
+      {"body_timeout_seconds", "1", 0},    {"max_connections", "-1", 2},     {"max_connections", "\"64\"", 2},
+      {"head_timeout_seconds", "0", 2},    {"body_timeout_seconds", "0", 2}, {"body_timeout_seconds", "1.5", 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char cfg[512], out[4096];
+    snprintf(cfg, sizeof cfg, "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"%s\":%s}", cases[i].key,
+             cases[i].value);
+    assert_int_equal(sbxd_check_config(cfg, out, sizeof out), cases[i].rc);
+    if (cases[i].rc) assert_non_null(strstr(out, cases[i].key));
+  }
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -328,6 +348,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_head_auth_and_body_deadline, setup, teardown),
       cmocka_unit_test(test_flood_leaves_healthz),
       cmocka_unit_test(test_emfile_leaves_healthz),
+      cmocka_unit_test(test_config_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
