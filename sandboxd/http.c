@@ -319,16 +319,15 @@ static void resume_accept_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* Out of descriptors (EMFILE, ENFILE) the listening socket stays readable
- * and accept keeps failing. First a waiting connection makes room (the
- * listener retries on its next turn); failing that, the reserve fd is
- * given up to accept one connection and refuse it, so every turn drains
- * the backlog instead of spinning on the same error. Only when even that
- * fails are accepts paused for a moment. */
+ * and accept keeps failing: the reserve fd is given up to accept one
+ * connection and refuse it (503), so every turn drains the backlog
+ * instead of spinning on the same error. No waiting connection is closed
+ * for it: the one just accepted may not have been read yet. Only when even
+ * the reserve fails are accepts paused for a moment. */
 static void accept_error_cb(struct evconnlistener *l, void *arg) {
   struct http_server *s = arg;
   int e = EVUTIL_SOCKET_ERROR();
   if (e == EMFILE || e == ENFILE) {
-    if (evict_oldest(s)) return;
     if (s->reserve_fd >= 0) {
       close(s->reserve_fd);
       int fd = accept4(evconnlistener_get_fd(l), NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
