@@ -534,6 +534,12 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
       rc = get_bool(v, k, &c->relay_handoff, errbuf, errlen);
     } else if (strcmp(k, "reserve_claim_cpu") == 0) {
       rc = get_bool(v, k, &c->reserve_claim_cpu, errbuf, errlen);
+    } else if (strcmp(k, "max_connections") == 0) {
+      rc = get_int(v, k, 0, &c->max_connections, errbuf, errlen);
+    } else if (strcmp(k, "head_timeout_seconds") == 0) {
+      rc = get_int(v, k, 1, &c->head_timeout_seconds, errbuf, errlen);
+    } else if (strcmp(k, "body_timeout_seconds") == 0) {
+      rc = get_int(v, k, 1, &c->body_timeout_seconds, errbuf, errlen);
     } else if (strcmp(k, "jail") == 0) {
       rc = parse_jail(c, v, errbuf, errlen);
     } else if (strcmp(k, "qemu") == 0) {

@@ -48,6 +48,11 @@ struct config {
   /* Background work (refill, destroy) keeps off the first CPU, left to
    * claims and claimed sandboxes (sbx_pool_mgr_set_background). */
   bool reserve_claim_cpu;
+  /* HTTP bounds (http.h); 0 = the default (max_connections: derived
+   * from RLIMIT_NOFILE). */
+  int max_connections;
+  int head_timeout_seconds;
+  int body_timeout_seconds;
   char *jail_scratch_dir;
   char *jail_cgroup_root;
   char *jail_seccomp;

@@ -1,4 +1,5 @@
-/* http.c - request heads, bodies, keep-alive, head timeouts, upgrades. */
+/* http.c - connections: heads, bodies, keep-alive, deadlines, the
+ * connection bound, upgrades. The parser itself is http_parse.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,10 +19,12 @@
 
 #include "http.h"
 
-/* A client gets this long to send a complete head once it has started
- * one (spec §3.1), and this long to start one on an idle keep-alive. */
-#define HEAD_TIMEOUT_S 5
+/* A client gets head_timeout_s to send a complete head once it has
+ * started one (spec §3.1), body_timeout_s for the body after it, and this
+ * long to start a head on an idle keep-alive. */
 #define IDLE_TIMEOUT_S 60
+/* How long an answered-and-closing connection discards what still comes. */
+#define LINGER_S 5
 
 enum conn_state { ST_HEAD, ST_BODY, ST_BUSY, ST_CLOSING };
 
@@ -35,6 +39,7 @@ struct http_conn {
   struct http_req *req; /* the request being read or answered */
   bool dead;            /* the socket is gone, req still pending */
   bool read_eof;        /* the client half-closed after its request */
+  bool at_head;         /* the head check runs: an answer closes */
 };
 
 struct http_server {
@@ -43,8 +48,12 @@ struct http_server {
   struct event *resume; /* re-enables accepting after EMFILE */
   http_handler_fn fn;
   void *arg;
-  struct http_conn *conns;
+  struct http_conn *conns; /* newest first */
+  struct http_conn *oldest;
   size_t nconns;
+  struct http_limits lim;
+  http_head_fn head_fn;
+  int reserve_fd; /* given up to accept and shed one connection on EMFILE */
   uint64_t upgrades[2]; /* taken over for an Upgrade: silkd, tcp */
   struct evbuffer *scratch; /* an answer on its way out (http_reply) */
 };
@@ -52,24 +61,13 @@ struct http_server {
 static void conn_read_cb(struct bufferevent *bev, void *arg);
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 
-static void req_free(struct http_req *r) {
-  if (!r) return;
-  sbx_free(r->path);
-  sbx_free(r->query);
-  for (size_t i = 0; i < r->nheaders; i++) {
-    sbx_free(r->headers[i].name);
-    sbx_free(r->headers[i].value);
-  }
-  sbx_free(r->body);
-  sbx_free(r);
-}
-
 static void conn_unlink(struct http_conn *c) {
   struct http_server *s = c->srv;
   if (!s) return;
   if (c->prev) c->prev->next = c->next;
   else s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
+  else s->oldest = c->prev;
   s->nconns--;
   c->srv = NULL;
 }
@@ -96,13 +94,18 @@ static void conn_close(struct http_conn *c) {
     }
     return;
   }
-  req_free(c->req);
+  http_req_free(c->req);
   sbx_free(c);
 }
 
+static void conn_fail(struct http_conn *c, int status, const char *text);
+
+/* A head that does not come (or is idle too long) is cut silently; a
+ * body that does not come is answered 408 (RFC 9110 §15.5.9). */
 static void timer_cb(evutil_socket_t fd, short what, void *arg) {
   struct http_conn *c = arg;
   if (c->state == ST_HEAD) conn_close(c);
+  else if (c->state == ST_BODY) conn_fail(c, 408, "request body timeout");
 }
 
 static void arm_timer(struct http_conn *c, int secs) {
@@ -110,13 +113,22 @@ static void arm_timer(struct http_conn *c, int secs) {
   evtimer_add(c->timer, &tv);
 }
 
-static void write_simple(struct http_conn *c, int status, const char *text) {
+static const char *reason(int status);
+
+/* An error answer that closes the connection, as bytes. */
+static int simple_answer(char *buf, size_t len, int status, const char *text) {
   char body[256];
   int n = snprintf(body, sizeof body, "{\"error\":\"%s\"}", text);
-  evbuffer_add_printf(bufferevent_get_output(c->bev),
-                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                      "Connection: close\r\n\r\n%s",
-                      status, status == 400 ? "Bad Request" : "Error", n, body);
+  return snprintf(buf, len,
+                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                  "Connection: close\r\n\r\n%s",
+                  status, reason(status), n, body);
+}
+
+static void write_simple(struct http_conn *c, int status, const char *text) {
+  char buf[512];
+  int n = simple_answer(buf, sizeof buf, status, text);
+  evbuffer_add(bufferevent_get_output(c->bev), buf, (size_t)n);
   bufferevent_enable(c->bev, EV_WRITE);
 }
 
@@ -142,7 +154,7 @@ static void linger_after_write_cb(struct bufferevent *bev, void *arg) {
   bufferevent_enable(bev, EV_READ);
   event_free(c->timer);
   c->timer = evtimer_new(bufferevent_get_base(bev), linger_timeout_cb, c);
-  arm_timer(c, HEAD_TIMEOUT_S);
+  arm_timer(c, LINGER_S);
 }
 
 /* Answer with an error and close once it is written. */
@@ -153,76 +165,25 @@ static void conn_fail(struct http_conn *c, int status, const char *text) {
   bufferevent_setcb(c->bev, NULL, linger_after_write_cb, conn_event_cb, c);
 }
 
-static bool token_in_list(const char *list, const char *tok) {
-  size_t tl = strlen(tok);
-  const char *p = list;
-  while (*p) {
-    while (*p == ' ' || *p == '\t' || *p == ',') p++;
-    const char *e = p;
-    while (*e && *e != ',') e++;
-    const char *t = e;
-    while (t > p && (t[-1] == ' ' || t[-1] == '\t')) t--;
-    if ((size_t)(t - p) == tl && strncasecmp(p, tok, tl) == 0) return true;
-    p = e;
-  }
-  return false;
-}
-
-static int parse_head(struct http_conn *c, char *head) {
-  struct http_req *r = sbx_calloc(1, sizeof *r);
-  r->conn = c;
-  c->req = r;
-  char *save = NULL;
-  char *line = strtok_r(head, "\n", &save);
-  if (!line) return -1;
-  size_t ll = strlen(line);
-  if (ll && line[ll - 1] == '\r') line[--ll] = '\0';
-  char *sp1 = strchr(line, ' ');
-  if (!sp1 || sp1 - line >= (long)sizeof r->method || sp1 == line) return -1;
-  memcpy(r->method, line, (size_t)(sp1 - line));
-  char *target = sp1 + 1;
-  char *sp2 = strchr(target, ' ');
-  if (!sp2) return -1;
-  *sp2 = '\0';
-  const char *version = sp2 + 1;
-  bool http10;
-  if (strcmp(version, "HTTP/1.1") == 0) http10 = false;
-  else if (strcmp(version, "HTTP/1.0") == 0) http10 = true;
-  else return -1;
-  if (target[0] != '/') return -1;
-  char *q = strchr(target, '?');
-  if (q) {
-    *q = '\0';
-    r->query = sbx_strdup(q + 1);
-  }
-  r->path = sbx_strdup(target);
-  while ((line = strtok_r(NULL, "\n", &save))) {
-    ll = strlen(line);
-    if (ll && line[ll - 1] == '\r') line[--ll] = '\0';
-    if (ll == 0) break;
-    char *colon = strchr(line, ':');
-    if (!colon || colon == line) return -1;
-    if (r->nheaders == HTTP_MAX_HEADERS) return -1;
-    *colon = '\0';
-    for (char *n = line; *n; n++)
-      if (*n == ' ' || *n == '\t') return -1; /* no whitespace before the colon */
-    char *v = colon + 1;
-    while (*v == ' ' || *v == '\t') v++;
-    char *ve = v + strlen(v);
-    while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) *--ve = '\0';
-    r->headers[r->nheaders].name = sbx_strdup(line);
-    r->headers[r->nheaders].value = sbx_strdup(v);
-    r->nheaders++;
-  }
-  const char *conn = http_header(r, "Connection");
-  r->keep_alive = http10 ? (conn && token_in_list(conn, "keep-alive")) : !(conn && token_in_list(conn, "close"));
-  return 0;
-}
-
 static void dispatch(struct http_conn *c) {
   c->state = ST_BUSY;
   evtimer_del(c->timer);
   c->srv->fn(c->req, c->srv->arg);
+}
+
+/* A request that announces a body is shown to the head check first, so a
+ * caller without a valid token is answered (and the connection closed)
+ * before its body is waited for. */
+static bool head_check(struct http_conn *c) {
+  struct http_server *s = c->srv;
+  if (!s->head_fn || c->req->content_length == 0) return true;
+  c->at_head = true;
+  c->state = ST_BUSY;
+  bool go = s->head_fn(c->req, s->arg);
+  c->at_head = false;
+  if (go) return true;
+  if (!c->req->replied) conn_fail(c, 500, "request refused");
+  return false;
 }
 
 /* Parse as far as the buffered bytes allow. */
@@ -233,7 +194,7 @@ static void conn_process(struct http_conn *c) {
     if (avail == 0) return;
     if (!c->head_started) {
       c->head_started = true;
-      arm_timer(c, HEAD_TIMEOUT_S);
+      arm_timer(c, c->srv->lim.head_timeout_s);
     }
     struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
     if (end.pos < 0) {
@@ -245,40 +206,21 @@ static void conn_process(struct http_conn *c) {
       conn_fail(c, 431, "request head too large");
       return;
     }
-    char *head = sbx_malloc(hlen + 1);
+    char *head = sbx_malloc(hlen);
     evbuffer_remove(in, head, hlen);
-    head[hlen] = '\0';
-    int rc = parse_head(c, head);
+    const char *why;
+    int st = http_parse_head(head, hlen, &c->req, &why);
     sbx_free(head);
-    if (rc < 0) {
-      conn_fail(c, 400, "malformed request");
+    if (st) {
+      conn_fail(c, st, why);
       return;
     }
-    const char *te = http_header(c->req, "Transfer-Encoding");
-    if (te) {
-      conn_fail(c, 400, "invalid request body");
-      return;
-    }
-    const char *cl = http_header(c->req, "Content-Length");
-    size_t need = 0;
-    if (cl) {
-      char *e;
-      errno = 0;
-      unsigned long long v = strtoull(cl, &e, 10);
-      if (errno || *e || e == cl || cl[0] == '-' || cl[0] == '+') {
-        conn_fail(c, 400, "invalid request body");
-        return;
-      }
-      /* Over the cap: 400, not 413 (spec §3.2), and stop reading. */
-      if (v > HTTP_BODY_MAX) {
-        conn_fail(c, 400, "invalid request body");
-        return;
-      }
-      need = (size_t)v;
-    }
-    c->body_need = need;
+    c->req->conn = c;
+    if (!head_check(c)) return;
+    c->body_need = c->req->content_length;
     c->state = ST_BODY;
     evtimer_del(c->timer);
+    if (evbuffer_get_length(in) < c->body_need) arm_timer(c, c->srv->lim.body_timeout_s);
   }
   if (c->state == ST_BODY) {
     if (evbuffer_get_length(in) < c->body_need) return;
@@ -314,8 +256,39 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg) {
   if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) conn_close(c);
 }
 
+/* Make room for one more connection: the oldest one that is waiting on
+ * its client (idle, mid-head, mid-body, or closing) goes. Handlers at
+ * work keep theirs. A flood of half-open connections then pushes out only
+ * its own kind, and /healthz still gets in. */
+static bool evict_oldest(struct http_server *s) {
+  for (struct http_conn *c = s->oldest; c; c = c->prev)
+    if (c->state != ST_BUSY) {
+      conn_close(c);
+      return true;
+    }
+  return false;
+}
+
+/* Refuse a connection nobody can serve: a best-effort 503 (the socket
+ * buffer of a new connection takes it), then close. What the client has
+ * sent so far is read first: closing over unread bytes would reset the
+ * connection and could take the answer with it. */
+static void shed(int fd) {
+  char buf[4096];
+  int n = simple_answer(buf, sizeof buf, 503, "too many connections");
+  ssize_t w = send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  shutdown(fd, SHUT_WR);
+  for (int i = 0; i < 16 && (w = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0; i++) {
+  }
+  close(fd);
+}
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg) {
   struct http_server *s = arg;
+  if (s->nconns >= s->lim.max_conns && !evict_oldest(s)) {
+    shed(fd);
+    return;
+  }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   struct http_conn *c = sbx_calloc(1, sizeof *c);
@@ -329,6 +302,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
   c->timer = evtimer_new(s->base, timer_cb, c);
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
+  else s->oldest = c;
   s->conns = c;
   s->nconns++;
   bufferevent_setcb(c->bev, conn_read_cb, NULL, conn_event_cb, c);
@@ -345,15 +319,37 @@ static void resume_accept_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* Out of descriptors (EMFILE, ENFILE) the listening socket stays readable
- * and accept keeps failing: pause accepting for a moment instead of
- * spinning; the connections wait in the backlog meanwhile. */
+ * and accept keeps failing: the reserve fd is given up to accept one
+ * connection and refuse it (503), so every turn drains the backlog
+ * instead of spinning on the same error. No waiting connection is closed
+ * for it: the one just accepted may not have been read yet. Only when even
+ * the reserve fails are accepts paused for a moment. */
 static void accept_error_cb(struct evconnlistener *l, void *arg) {
   struct http_server *s = arg;
   int e = EVUTIL_SOCKET_ERROR();
+  if (e == EMFILE || e == ENFILE) {
+    if (s->reserve_fd >= 0) {
+      close(s->reserve_fd);
+      int fd = accept4(evconnlistener_get_fd(l), NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) shed(fd);
+      s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) return;
+    }
+  }
   sbx_warn("accept: %s; pausing accepts for 100 ms", evutil_socket_error_to_string(e));
   evconnlistener_disable(l);
   struct timeval tv = {0, 100 * 1000};
   evtimer_add(s->resume, &tv);
+}
+
+/* Half the descriptors, less a margin for the daemon's own files: the
+ * other half is for what the connections lead to (relays hold two
+ * sockets each once upgraded, and upgraded connections are not counted). */
+size_t http_default_max_conns(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY) return 32768;
+  size_t n = rl.rlim_cur > 64 ? (size_t)(rl.rlim_cur - 64) / 2 : 0;
+  return n < 16 ? 16 : n > 32768 ? 32768 : n;
 }
 
 struct http_server *http_server_new(struct event_base *base, http_handler_fn fn, void *arg) {
@@ -361,7 +357,17 @@ struct http_server *http_server_new(struct event_base *base, http_handler_fn fn,
   s->base = base;
   s->fn = fn;
   s->arg = arg;
+  s->reserve_fd = -1;
+  http_server_configure(s, NULL, NULL);
   return s;
+}
+
+void http_server_configure(struct http_server *s, const struct http_limits *lim, http_head_fn head_fn) {
+  struct http_limits l = lim ? *lim : (struct http_limits){0};
+  s->lim.max_conns = l.max_conns ? l.max_conns : http_default_max_conns();
+  s->lim.head_timeout_s = l.head_timeout_s > 0 ? l.head_timeout_s : HTTP_HEAD_TIMEOUT_S;
+  s->lim.body_timeout_s = l.body_timeout_s > 0 ? l.body_timeout_s : HTTP_BODY_TIMEOUT_S;
+  s->head_fn = head_fn;
 }
 
 int http_server_listen(struct http_server *s, const char *host, int port, char *errbuf, size_t errlen) {
@@ -394,6 +400,9 @@ int http_server_listen(struct http_server *s, const char *host, int port, char *
     return -1;
   }
   evconnlistener_set_error_cb(s->lis, accept_error_cb);
+  if (s->reserve_fd < 0) s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  sbx_info("http: at most %zu connections; head %d s, body %d s", s->lim.max_conns, s->lim.head_timeout_s,
+           s->lim.body_timeout_s);
   s->resume = evtimer_new(s->base, resume_accept_cb, s);
   struct sockaddr_storage got;
   socklen_t gl = sizeof got;
@@ -406,52 +415,13 @@ void http_server_free(struct http_server *s) {
   if (!s) return;
   if (s->lis) evconnlistener_free(s->lis);
   if (s->resume) event_free(s->resume);
+  if (s->reserve_fd >= 0) close(s->reserve_fd);
   while (s->conns) conn_close(s->conns);
   if (s->scratch) evbuffer_free(s->scratch);
   sbx_free(s);
 }
 
 size_t http_server_conns(const struct http_server *s) { return s->nconns; }
-
-const char *http_header(const struct http_req *req, const char *name) {
-  for (size_t i = 0; i < req->nheaders; i++)
-    if (strcasecmp(req->headers[i].name, name) == 0) return req->headers[i].value;
-  return NULL;
-}
-
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-const char *http_query(const struct http_req *req, const char *name, char *buf, size_t buflen) {
-  if (!req->query) return NULL;
-  size_t nl = strlen(name);
-  const char *p = req->query;
-  while (*p) {
-    const char *e = strchr(p, '&');
-    if (!e) e = p + strlen(p);
-    if ((size_t)(e - p) >= nl && strncmp(p, name, nl) == 0 && (p[nl] == '=' || p + nl == e)) {
-      const char *v = p[nl] == '=' ? p + nl + 1 : e;
-      size_t w = 0;
-      while (v < e && w + 1 < buflen) {
-        if (*v == '%' && e - v >= 3 && hexval(v[1]) >= 0 && hexval(v[2]) >= 0) {
-          buf[w++] = (char)(hexval(v[1]) * 16 + hexval(v[2]));
-          v += 3;
-        } else {
-          buf[w++] = *v == '+' ? ' ' : *v;
-          v++;
-        }
-      }
-      buf[w] = '\0';
-      return buf;
-    }
-    p = *e ? e + 1 : e;
-  }
-  return NULL;
-}
 
 static const char *reason(int status) {
   switch (status) {
@@ -462,6 +432,7 @@ static const char *reason(int status) {
   case 403: return "Forbidden";
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
   case 409: return "Conflict";
   case 413: return "Payload Too Large";
   case 426: return "Upgrade Required";
@@ -477,7 +448,7 @@ static const char *reason(int status) {
 }
 
 static void conn_next(struct http_conn *c) {
-  req_free(c->req);
+  http_req_free(c->req);
   c->req = NULL;
   c->state = ST_HEAD;
   c->head_started = false;
@@ -492,11 +463,11 @@ void http_reply(struct http_req *req, int status, const char *ctype, const char 
   if (req->replied) return;
   req->replied = true;
   if (c->dead) {
-    req_free(req);
+    http_req_free(req);
     sbx_free(c);
     return;
   }
-  bool closing = !req->keep_alive || c->read_eof;
+  bool closing = !req->keep_alive || c->read_eof || c->at_head;
   struct evbuffer *bevout = bufferevent_get_output(c->bev);
   /* On a keep-alive connection with nothing queued, the answer goes to the
    * socket at once: queueing it on the bufferevent would cost an
@@ -526,7 +497,9 @@ void http_reply(struct http_req *req, int status, const char *ctype, const char 
   if (closing) {
     c->state = ST_CLOSING;
     bufferevent_disable(c->bev, EV_READ);
-    bufferevent_setcb(c->bev, NULL, close_after_write_cb, conn_event_cb, c);
+    /* Answered at the head, the body may still be on its way: discard it
+     * rather than reset the connection under the answer. */
+    bufferevent_setcb(c->bev, NULL, c->at_head ? linger_after_write_cb : close_after_write_cb, conn_event_cb, c);
     return;
   }
   conn_next(c);
@@ -540,7 +513,7 @@ size_t http_pending_len(const struct http_req *req) {
 /* Counted once the connection is really handed over. */
 static void count_upgrade(struct http_conn *c, const struct http_req *req) {
   const char *up = http_header(req, "Upgrade");
-  if (c->srv && up) c->srv->upgrades[token_in_list(up, "silkd") ? 0 : 1]++;
+  if (c->srv && up) c->srv->upgrades[http_token_in_list(up, "silkd") ? 0 : 1]++;
 }
 
 uint64_t http_server_upgrades(const struct http_server *s, const char *proto) {
@@ -551,7 +524,7 @@ int http_detach(struct http_req *req, struct evbuffer *pipelined, bool *eof) {
   struct http_conn *c = req->conn;
   req->replied = true;
   if (c->dead) {
-    req_free(req);
+    http_req_free(req);
     sbx_free(c);
     return -1;
   }
@@ -569,7 +542,7 @@ struct bufferevent *http_upgrade(struct http_req *req, const char *head, size_t 
   struct http_conn *c = req->conn;
   req->replied = true;
   if (c->dead) {
-    req_free(req);
+    http_req_free(req);
     sbx_free(c);
     return NULL;
   }

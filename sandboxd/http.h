@@ -1,10 +1,14 @@
 /* http.h - the small HTTP/1.1 server of sandboxd.
  *
- * Written on bufferevents rather than evhttp because sandboxd needs three
- * things evhttp makes awkward: a timeout that covers only the request head
- * (spec §3.1), taking a connection over for an upgrade with the exact 101
- * bytes and the pipelined bytes after the head (§4.21), and answers that
- * arrive later from a worker (claims, exec). */
+ * Our own on purpose, written on bufferevents rather than evhttp because
+ * sandboxd needs three things libevent 2.1's evhttp makes awkward:
+ * deadlines that cover only the request, not the answer (spec §3.1), taking a
+ * connection over for an upgrade with the exact 101 bytes and the
+ * pipelined bytes after the head (§4.21; the agent connection is handed to
+ * silkd), and answers that arrive later from a worker (claims, exec).
+ *
+ * The parser (http_parse.c) works on byte buffers; the server (http.c)
+ * reads sockets, bounds connections and deadlines, and answers. */
 #ifndef SANDBOXD_HTTP_H
 #define SANDBOXD_HTTP_H
 
@@ -37,8 +41,10 @@ struct http_req {
   char *query; /* after '?', or NULL */
   struct http_header headers[HTTP_MAX_HEADERS];
   size_t nheaders;
+  size_t content_length; /* what the head announced */
   char *body;
   size_t body_len;
+  bool http10;
   bool keep_alive;
   bool replied;
   /* Called once if the client goes away before the answer (exec kills). */
@@ -47,8 +53,25 @@ struct http_req {
 };
 
 typedef void (*http_handler_fn)(struct http_req *req, void *arg);
+/* Looks at a head whose body has not been read yet: true to read it, or
+ * false once it has answered (the connection is then closed unread). */
+typedef bool (*http_head_fn)(struct http_req *req, void *arg);
+
+struct http_limits {
+  /* Connections reading or waiting on a request at once; 0 derives it
+   * from RLIMIT_NOFILE (http_default_max_conns). */
+  size_t max_conns;
+  int head_timeout_s; /* a started head must be complete within this */
+  int body_timeout_s; /* and its body within this once the head is in */
+};
+#define HTTP_HEAD_TIMEOUT_S 5
+#define HTTP_BODY_TIMEOUT_S 30
+size_t http_default_max_conns(void);
 
 struct http_server *http_server_new(struct event_base *base, http_handler_fn fn, void *arg);
+/* Limits (a zero field keeps its default) and the head check, which is
+ * called for every request that announces a body, before it is read. */
+void http_server_configure(struct http_server *s, const struct http_limits *lim, http_head_fn head_fn);
 /* Binds host:port (port 0 = any); returns the bound port or < 0. */
 int http_server_listen(struct http_server *s, const char *host, int port, char *errbuf, size_t errlen);
 /* Stop accepting; open connections are closed, pending requests answered
@@ -80,5 +103,17 @@ size_t http_pending_len(const struct http_req *req);
  * close) and move the pipelined bytes into pipelined; nothing is written.
  * -1 if the client is gone. */
 int http_detach(struct http_req *req, struct evbuffer *pipelined, bool *eof);
+
+/* ---- http_parse.c: the parser on a byte buffer, no socket ---- */
+/* One whole request (head and body) at the start of buf, as the server
+ * reads it: the request (http_req_free) and *used, the bytes it took; or
+ * NULL with *status 0 when more bytes are needed, else the status the
+ * server answers before closing (400, 431). The entry point for fuzzing. */
+struct http_req *http_parse(const char *buf, size_t len, size_t *used, int *status);
+/* A complete head of len bytes (the request line through the blank line):
+ * 0 and *out with content_length set, or the status with *why. */
+int http_parse_head(const char *buf, size_t len, struct http_req **out, const char **why);
+void http_req_free(struct http_req *r);
+bool http_token_in_list(const char *list, const char *tok);
 
 #endif

@@ -227,6 +227,9 @@ int main(int argc, char **argv) {
 
   d->base = event_base_new();
   d->http = http_server_new(d->base, router_handle, d);
+  struct http_limits lim = {(size_t)d->cfg->max_connections, d->cfg->head_timeout_seconds,
+                            d->cfg->body_timeout_seconds};
+  http_server_configure(d->http, &lim, router_head);
   int port = http_server_listen(d->http, d->cfg->listen_host, d->cfg->listen_port, msg, sizeof msg);
   if (port < 0) {
     fprintf(stderr, "sandboxd: %s\n", msg);

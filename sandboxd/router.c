@@ -1,85 +1,10 @@
-/* router.c - paths to handlers, and authentication (spec §2). */
+/* router.c - paths to handlers (spec §4), and the checks made on a request
+ * head before its body is read. */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
 #include "sandboxd.h"
-
-/* The bearer token, or NULL when missing (absent, other scheme, empty). */
-static const char *bearer(struct http_req *req, char *buf, size_t len) {
-  const char *h = http_header(req, "Authorization");
-  if (!h) return NULL;
-  if (strncasecmp(h, "bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return NULL;
-  const char *p = h + 6;
-  while (*p == ' ' || *p == '\t') p++;
-  size_t n = strlen(p);
-  while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
-  if (n == 0 || n >= len) return n ? "" : NULL;
-  memcpy(buf, p, n);
-  buf[n] = '\0';
-  return buf;
-}
-
-bool has_bearer(struct http_req *req) {
-  char b[1024];
-  return bearer(req, b, sizeof b) != NULL;
-}
-
-int auth_node(struct sbxd *d, struct http_req *req, bool root_only, struct caller *out) {
-  memset(out, 0, sizeof *out);
-  char buf[1024];
-  const char *tok = bearer(req, buf, sizeof buf);
-  const struct config *c = d->cfg;
-  if (!c->api_token) {
-    out->root = true;
-    return 0;
-  }
-  if (!tok) {
-    reply_error(req, 401, "missing bearer token");
-    return -1;
-  }
-  bool is_root = sbx_secret_eq(tok, c->api_token);
-  /* Every tenant is compared, so timing does not tell which one matched. */
-  const struct tenant *match = NULL;
-  for (size_t i = 0; i < c->ntenants; i++)
-    if (sbx_secret_eq(tok, c->tenants[i].token)) match = &c->tenants[i];
-  if (is_root) {
-    out->root = out->presented = true;
-    return 0;
-  }
-  if (!match) {
-    reply_error(req, 401, "invalid api token");
-    return -1;
-  }
-  if (root_only) {
-    reply_error(req, 403, "operator token required");
-    return -1;
-  }
-  out->tenant = match;
-  return 0;
-}
-
-sbx_lease *auth_sbx(struct sbxd *d, struct http_req *req, const char *id, bool allow_root, const char *notfound) {
-  char buf[1024];
-  const char *tok = bearer(req, buf, sizeof buf);
-  if (!tok) {
-    reply_error(req, 401, "missing bearer token");
-    return NULL;
-  }
-  sbx_lease *l = valid_sandbox_id(id) ? sbx_lease_find(d->leases, id) : NULL;
-  if (allow_root && d->cfg->api_token && sbx_secret_eq(tok, d->cfg->api_token)) {
-    if (!l) reply_error(req, 404, notfound);
-    return l;
-  }
-  /* Compare even when the id is unknown, against a dummy of the same
-   * length, so the answer takes as long either way. */
-  bool ok = sbx_secret_eq(tok, l ? l->token : "00000000000000000000000000000000") && l;
-  if (!ok) {
-    reply_error(req, 404, notfound);
-    return NULL;
-  }
-  return l;
-}
 
 static void not_implemented(struct http_req *req, const char *what) {
   char msg[160];
@@ -212,4 +137,32 @@ void router_handle(struct http_req *req, void *arg) {
   } else {
     reply_error(req, 404, "not found");
   }
+}
+
+/* The endpoints that read a body check their token at the head, with the
+ * same functions and answers as their handlers (spec §2.3, §2.4): a
+ * caller without a valid token is refused before its body is waited for,
+ * and cannot hold a connection open by never sending it. The handler
+ * checks again with the body, since a lease may end in between. Other
+ * requests that announce a body are read as before, within the body
+ * deadline. */
+bool router_head(struct http_req *req, void *arg) {
+  struct sbxd *d = arg;
+  const char *p = req->path;
+  struct caller who;
+  if (strcmp(p, "/v1/claim") == 0 && method_is(req, "POST")) return auth_node(d, req, false, &who) == 0;
+  if ((strcmp(p, "/v1/pools") == 0 && method_is(req, "PUT")) ||
+      (strcmp(p, "/v1/drain") == 0 && (method_is(req, "POST") || method_is(req, "DELETE"))))
+    return auth_node(d, req, true, &who) == 0;
+  if (strncmp(p, "/v1/sandboxes/", 14) != 0 || !method_is(req, "POST")) return true;
+  char id[64];
+  const char *rest = p + 14, *slash = strchr(rest, '/');
+  if (!slash || (size_t)(slash - rest) >= sizeof id) return true;
+  memcpy(id, rest, (size_t)(slash - rest));
+  id[slash - rest] = '\0';
+  const char *verb = slash + 1;
+  if (strcmp(verb, "release") == 0 || strcmp(verb, "renew") == 0)
+    return auth_sbx(d, req, id, true, "unknown sandbox") != NULL;
+  if (strcmp(verb, "exec") == 0) return auth_sbx(d, req, id, false, "unknown sandbox") != NULL;
+  return true;
 }

@@ -11,6 +11,7 @@
 #include <sandbox/core.h>
 #include <sandbox/pool.h>
 
+#include "auth.h"
 #include "config.h"
 #include "http.h"
 #include "provider.h"
@@ -104,15 +105,9 @@ void durable_stop(struct sbxd *d);
 
 /* ---- router.c ---- */
 void router_handle(struct http_req *req, void *arg);
-struct caller {
-  bool root;      /* root, or open mode */
-  bool presented; /* the bearer was the configured api_token */
-  const struct tenant *tenant;
-};
-/* On failure the error is already answered. */
-int auth_node(struct sbxd *d, struct http_req *req, bool root_only, struct caller *out);
-sbx_lease *auth_sbx(struct sbxd *d, struct http_req *req, const char *id, bool allow_root, const char *notfound);
-bool has_bearer(struct http_req *req);
+/* The head check (http_head_fn): refuses at the head a request whose
+ * token would fail, before its body is read. */
+bool router_head(struct http_req *req, void *arg);
 
 /* ---- handlers.c ---- */
 void h_claim(struct sbxd *d, struct http_req *req);

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -50,6 +51,7 @@ struct sbxd_proc {
   char config[300];
   int err_fd;       /* daemon stderr (drained by sbxd_log) */
   char cgroup[64];  /* what "@CGROUP@" becomes: jail.cgroup_root */
+  unsigned nofile;  /* RLIMIT_NOFILE (soft and hard) to start with; 0 = inherited */
 };
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -153,6 +155,10 @@ static inline int sbxd_start(struct sbxd_proc *p) {
     dup2(devnull, 0);
     dup2(devnull, 1);
     if (!getenv("SANDBOXD_LOG_LEVEL")) setenv("SANDBOXD_LOG_LEVEL", "info", 1);
+    if (p->nofile) {
+      struct rlimit rl = {p->nofile, p->nofile};
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
     execl(SBX_BUILD_BIN_DIR "/sandboxd", "sandboxd", "--config", p->config, (char *)NULL);
     _exit(127);
   }

@@ -547,9 +547,9 @@ static void test_many_relays(void **state) {
   assert_int_equal(sbxd_status(P.port, "GET", "/healthz", NULL, NULL), 200);
 }
 
-/* Out of descriptors: relays fail cleanly (502, or a connection that waits
- * in the backlog), the daemon survives, and it serves again once
- * descriptors are free. */
+/* Out of descriptors: relays fail cleanly (502, 503 at accept, or a
+ * connection that waits in the backlog), the daemon survives, and it
+ * serves again once descriptors are free. */
 static void test_fd_exhaustion(void **state) {
   struct sbxd_claim c;
   claim(&c);
@@ -580,7 +580,9 @@ static void test_fd_exhaustion(void **state) {
     if (strncmp(buf, "HTTP/1.1 101", 12) == 0) {
       fds[open_relays++] = fd;
     } else {
-      assert_int_equal(strncmp(buf, "HTTP/1.1 502", 12), 0);
+      /* 502: the relay could not dial; 503: refused at accept, through
+       * the descriptor sandboxd keeps in reserve for this. */
+      if (strncmp(buf, "HTTP/1.1 503", 12) != 0) assert_int_equal(strncmp(buf, "HTTP/1.1 502", 12), 0);
       refused++;
       close(fd);
       if (refused > 3) break;
