@@ -284,9 +284,12 @@ static void kill_session(pid_t sid) {
     long pid = strtol(de->d_name, &end, 10);
     if (*end || pid <= 1 || pid == sid) continue;
     int pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-    if (pfd < 0) continue;
-    if (stat_session(de->d_name) == sid) syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
-    close(pfd);
+    if (pfd < 0 && errno != ENOSYS) continue;
+    if (stat_session(de->d_name) == sid) {
+      if (pfd >= 0) syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+      else kill((pid_t)pid, SIGKILL); /* a kernel before 5.3: the small race stays */
+    }
+    if (pfd >= 0) close(pfd);
   }
   closedir(d);
 }
