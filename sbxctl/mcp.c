@@ -29,12 +29,6 @@
 #define MAX_INFLIGHT 32
 #define SHUTDOWN_WAIT_MS 60000 /* for calls still running after the release */
 
-/* JSON-RPC 2.0 error codes */
-#define RPC_PARSE (-32700)
-#define RPC_INVALID (-32600)
-#define RPC_METHOD (-32601)
-#define RPC_PARAMS (-32602)
-
 typedef struct mcp_job {
   struct mcp_job *next;
   mcp_call call;
@@ -105,9 +99,7 @@ static void send_error(mcp_server *srv, json_t *id, int code, const char *fmt, .
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  json_t *jmsg = mcp_json_text(msg, strlen(msg), NULL);
-  send_msg(srv, json_pack("{s:s,s:O,s:{s:i,s:o}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code",
-                          code, "message", jmsg));
+  send_msg(srv, mcp_rpc_error(id, code, "%s", msg));
 }
 
 /* A tool result: the object as text for clients that read content, and as
@@ -222,18 +214,18 @@ static void check_deadlines(mcp_server *srv) {
 static void tools_call(mcp_server *srv, json_t *id, json_t *params) {
   const char *name = json_string_value(json_object_get(params, "name"));
   if (!name) {
-    send_error(srv, id, RPC_PARAMS, "Invalid params: tools/call needs a string \"name\"");
+    send_error(srv, id, MCP_RPC_PARAMS, "Invalid params: tools/call needs a string \"name\"");
     return;
   }
   const mcp_tool *t = mcp_tool_find(name);
   if (!t) {
-    send_error(srv, id, RPC_PARAMS, "Unknown tool: %s (tools/list names the tools)", name);
+    send_error(srv, id, MCP_RPC_PARAMS, "Unknown tool: %s (tools/list names the tools)", name);
     return;
   }
   json_t *args = json_object_get(params, "arguments");
   if (args && json_is_null(args)) args = NULL;
   if (args && !json_is_object(args)) {
-    send_error(srv, id, RPC_PARAMS, "Invalid params: \"arguments\" must be an object");
+    send_error(srv, id, MCP_RPC_PARAMS, "Invalid params: \"arguments\" must be an object");
     return;
   }
   args = args ? json_incref(args) : json_object();
@@ -288,7 +280,7 @@ static void tools_call(mcp_server *srv, json_t *id, json_t *params) {
 static void initialize(mcp_server *srv, json_t *id, json_t *params) {
   const char *want = json_string_value(json_object_get(params, "protocolVersion"));
   if (!want) {
-    send_error(srv, id, RPC_PARAMS, "Invalid params: initialize needs a string \"protocolVersion\"");
+    send_error(srv, id, MCP_RPC_PARAMS, "Invalid params: initialize needs a string \"protocolVersion\"");
     return;
   }
   const char *ver = strcmp(want, PROTO_PREVIOUS) == 0 ? PROTO_PREVIOUS : PROTO_LATEST;
@@ -306,66 +298,28 @@ static void initialize(mcp_server *srv, json_t *id, json_t *params) {
 }
 
 static void handle_message(mcp_server *srv, const char *line, size_t len) {
-  json_error_t je;
-  json_t *msg = json_loadb(line, len, JSON_DECODE_ANY, &je);
-  if (!msg) {
-    send_error(srv, NULL, RPC_PARSE, "Parse error: %s (line %d, column %d)", je.text, je.line, je.column);
-    return;
+  mcp_rpc_msg m;
+  mcp_rpc_read(line, len, &m);
+  if (m.reply) {
+    send_msg(srv, json_incref(m.reply));
+  } else if (m.method && m.id) {
+    json_t *id = m.id, *params = m.params;
+    const char *method = m.method;
+    if (strcmp(method, "initialize") == 0) {
+      initialize(srv, id, params);
+    } else if (strcmp(method, "ping") == 0) {
+      send_result(srv, id, json_object());
+    } else if (strcmp(method, "tools/list") == 0) {
+      json_t *tools = mcp_tools_list();
+      if (tools) send_result(srv, id, json_pack("{s:o}", "tools", tools));
+      else send_error(srv, id, -32603, "Internal error: a tool schema is broken");
+    } else if (strcmp(method, "tools/call") == 0) {
+      tools_call(srv, id, params);
+    } else {
+      send_error(srv, id, MCP_RPC_METHOD, "Method not found: %s", method);
+    }
   }
-  json_t *id = json_object_get(msg, "id");
-  bool has_id = id != NULL;
-  if (!json_is_object(msg)) {
-    send_error(srv, NULL, RPC_INVALID, "Invalid Request: %s",
-               json_is_array(msg) ? "batches are not supported, send one message per line"
-                                  : "a message must be a JSON object");
-    goto out;
-  }
-  if (has_id && !json_is_string(id) && !json_is_integer(id)) {
-    send_error(srv, NULL, RPC_INVALID, "Invalid Request: \"id\" must be a string or an integer");
-    goto out;
-  }
-  const char *rpc = json_string_value(json_object_get(msg, "jsonrpc"));
-  if (!rpc || strcmp(rpc, "2.0") != 0) {
-    if (has_id) send_error(srv, id, RPC_INVALID, "Invalid Request: \"jsonrpc\" must be \"2.0\"");
-    goto out;
-  }
-  json_t *jm = json_object_get(msg, "method");
-  if (!jm) {
-    /* a response to a request of ours: we send none, so it is dropped */
-    if (!json_object_get(msg, "result") && !json_object_get(msg, "error"))
-      send_error(srv, has_id ? id : NULL, RPC_INVALID, "Invalid Request: no \"method\"");
-    goto out;
-  }
-  if (!json_is_string(jm)) {
-    send_error(srv, has_id ? id : NULL, RPC_INVALID, "Invalid Request: \"method\" must be a string");
-    goto out;
-  }
-  const char *method = json_string_value(jm);
-  if (!has_id) goto out; /* notifications: initialized, cancelled, ... need no answer */
-  json_t *params = json_object_get(msg, "params");
-  if (params && json_is_null(params)) params = NULL;
-  if (params && !json_is_object(params)) {
-    send_error(srv, id, RPC_PARAMS, "Invalid params: \"params\" must be an object");
-    goto out;
-  }
-  json_t *empty = params ? NULL : json_object();
-  if (!params) params = empty;
-  if (strcmp(method, "initialize") == 0) {
-    initialize(srv, id, params);
-  } else if (strcmp(method, "ping") == 0) {
-    send_result(srv, id, json_object());
-  } else if (strcmp(method, "tools/list") == 0) {
-    json_t *tools = mcp_tools_list();
-    if (tools) send_result(srv, id, json_pack("{s:o}", "tools", tools));
-    else send_error(srv, id, -32603, "Internal error: a tool schema is broken");
-  } else if (strcmp(method, "tools/call") == 0) {
-    tools_call(srv, id, params);
-  } else {
-    send_error(srv, id, RPC_METHOD, "Method not found: %s", method);
-  }
-  json_decref(empty);
-out:
-  json_decref(msg);
+  mcp_rpc_msg_free(&m);
 }
 
 /* ---- the loop ---- */
@@ -388,7 +342,7 @@ static void take_lines(mcp_server *srv, linebuf *lb, bool eof) {
       lb->discarding = false;
     } else {
       bool blank = true;
-      for (size_t i = 0; i < n && blank; i++) blank = strchr(" \t", lb->buf[start + i]) != NULL;
+      for (size_t i = 0; i < n && blank; i++) blank = lb->buf[start + i] == ' ' || lb->buf[start + i] == '\t';
       if (!blank) handle_message(srv, lb->buf + start, n);
     }
     start = nl ? end + 1 : lb->len;
@@ -397,7 +351,7 @@ static void take_lines(mcp_server *srv, linebuf *lb, bool eof) {
   lb->len -= start;
   if (lb->len >= MCP_LINE_MAX) {
     if (!lb->discarding)
-      send_error(srv, NULL, RPC_INVALID, "Invalid Request: message longer than %u bytes, dropped", MCP_LINE_MAX);
+      send_error(srv, NULL, MCP_RPC_INVALID, "Invalid Request: message longer than %u bytes, dropped", MCP_LINE_MAX);
     lb->discarding = true;
     lb->len = 0;
   }

@@ -1,8 +1,9 @@
 /* sbxctl mcp: a Model Context Protocol server over stdio (JSON-RPC 2.0, one
  * message per line) that hands an agent sandboxes through the client API.
  *
- *   mcp.c        options, the stdin loop, JSON-RPC framing and errors,
- *                workers, the per-call cap, shutdown (release everything)
+ *   mcp.c        options, the stdin loop, the protocol methods, workers,
+ *                the per-call cap, shutdown (release everything)
+ *   mcp_rpc.c    one input line into a JSON-RPC request or its error
  *   mcp_tools.c  the tool table: names, descriptions, schemas, annotations
  *   mcp_verbs.c  what each tool does
  *   mcp_util.c   the sandbox registry, UTF-8 repair, error wording
@@ -28,6 +29,32 @@ int sbxctl_mcp_main(int argc, char **argv);
 #define MCP_FILE_CAP (1u << 20)     /* read_file */
 #define MCP_CALL_CAP_MS (300 * 1000) /* every tool call */
 #define MCP_DEFAULT_TTL 3600         /* ttl_seconds 0 or absent */
+
+/* JSON-RPC 2.0 error codes */
+#define MCP_RPC_PARSE (-32700)
+#define MCP_RPC_INVALID (-32600)
+#define MCP_RPC_METHOD (-32601)
+#define MCP_RPC_PARAMS (-32602)
+
+/* ---- reading one message (mcp_rpc.c) ---- */
+typedef struct mcp_rpc_msg {
+  json_t *msg;        /* the parsed message, or NULL */
+  json_t *reply;      /* an error response to send as it is, or NULL */
+  const char *method; /* a request (id set) or a notification (id NULL) */
+  json_t *id;         /* borrowed from msg */
+  json_t *params;     /* a request's params object (an empty one if absent) */
+  json_t *empty;
+} mcp_rpc_msg;
+
+/* Parse one line (without its newline) and check the JSON-RPC envelope.
+ * Afterwards exactly one holds: reply is set (send it), or method and id
+ * are set (a request to serve), or the message needs no answer (a
+ * notification, a response). Only memory is touched: this is the entry
+ * point for fuzzing the reader. Free with mcp_rpc_msg_free. */
+void mcp_rpc_read(const char *line, size_t len, mcp_rpc_msg *m);
+void mcp_rpc_msg_free(mcp_rpc_msg *m);
+/* An error response for id (NULL: null). */
+json_t *mcp_rpc_error(json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- sandbox registry (mcp_util.c): every sandbox this server created,
  * released on shutdown. Handles stay allocated until the registry is freed

@@ -10,6 +10,9 @@
 #define ID_PROP "\"sandbox_id\":{\"type\":\"string\",\"description\":\"id returned by create_sandbox\"}"
 #define PID_PROP "\"pid\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"process id from spawn or ps\"}"
 #define ONLY_ID "{\"type\":\"object\",\"properties\":{" ID_PROP "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}"
+/* "pattern" is how the schema tells a client that sandbox paths are
+ * absolute; mcp_tool_check_args enforces it. */
+#define PATH_PROP "\"path\":{\"type\":\"string\",\"pattern\":\"^/\",\"description\":\"absolute path in the sandbox\"}"
 #define CKPT_PROP "\"checkpoint_id\":{\"type\":\"string\",\"description\":\"id returned by checkpoint\"}"
 
 #define UNSUPPORTED " Not available yet: this sandboxd lacks the verb, so the call answers an error."
@@ -30,7 +33,7 @@ const mcp_tool mcp_tools[] = {
      "capped at 1 MiB, truncated=true when cut). A non-zero exit code is a normal result.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
      "\"command\":{\"type\":\"string\",\"description\":\"shell command line, run with sh -c\"},"
-     "\"cwd\":{\"type\":\"string\",\"description\":\"working directory; default the sandbox's home\"}},"
+     "\"cwd\":{\"type\":\"string\",\"pattern\":\"^/\",\"description\":\"absolute working directory; default the sandbox's home\"}},"
      "\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
      false, true, false, NULL, mcp_exec},
     {"spawn", "Start a background command",
@@ -38,7 +41,7 @@ const mcp_tool mcp_tools[] = {
      "stop it with kill.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
      "\"command\":{\"type\":\"string\",\"description\":\"shell command line, run with sh -c\"},"
-     "\"cwd\":{\"type\":\"string\",\"description\":\"working directory\"}},"
+     "\"cwd\":{\"type\":\"string\",\"pattern\":\"^/\",\"description\":\"absolute working directory\"}},"
      "\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
      false, true, false, NULL, mcp_spawn},
     {"ps", "List processes",
@@ -60,7 +63,7 @@ const mcp_tool mcp_tools[] = {
      "Create or replace a text file in a sandbox atomically (parent directory must exist); returns the bytes "
      "written.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
-     "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"},"
+     PATH_PROP ","
      "\"content\":{\"type\":\"string\",\"description\":\"the whole new file content (UTF-8 text)\"}},"
      "\"required\":[\"sandbox_id\",\"path\",\"content\"],\"additionalProperties\":false}",
      false, true, true, NULL, mcp_write_file},
@@ -68,13 +71,13 @@ const mcp_tool mcp_tools[] = {
      "Return the content of a regular UTF-8 text file in a sandbox (at most 1 MiB; use exec for larger or "
      "binary files).",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
-     "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"}},"
+     PATH_PROP "},"
      "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
      true, false, true, NULL, mcp_read_file},
     {"list_dir", "List a directory",
      "List a directory in a sandbox: each entry's name, type (file, dir, symlink, other) and size.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
-     "\"path\":{\"type\":\"string\",\"description\":\"absolute path in the sandbox\"}},"
+     PATH_PROP "},"
      "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
      true, false, true, NULL, mcp_list_dir},
     {"release", "Release sandbox",
@@ -178,6 +181,13 @@ int mcp_tool_check_args(const mcp_tool *t, json_t *args, sbx_error *err) {
     if (json_is_integer(v) && ((min && json_integer_value(v) < json_integer_value(min)) ||
                                (max && json_integer_value(v) > json_integer_value(max)))) {
       rc = sbx_err(err, SBX_E_INVAL, "argument \"%s\" is out of range", k);
+      goto out;
+    }
+    /* the only pattern the table uses: an absolute sandbox path */
+    const char *pat = json_string_value(json_object_get(p, "pattern"));
+    if (pat && json_is_string(v) && strcmp(pat, "^/") == 0 && json_string_value(v)[0] != '/') {
+      rc = sbx_err(err, SBX_E_INVAL, "argument \"%s\" must be an absolute path (starting with /), not \"%s\"", k,
+                   json_string_value(v));
       goto out;
     }
     json_t *en = json_object_get(p, "enum");

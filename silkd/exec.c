@@ -121,6 +121,7 @@ void verb_exec(struct conn *c, sbx_wire_req *req) {
   o.argv = argv;
   o.envp = env_build(&e->env, home, e->user);
   o.cwd = e->cwd;
+  o.new_pgrp = true; /* so that a kill reaches what the child starts */
   int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
   if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
     conn_send_error(c, SBX_ERR_INTERNAL, "spawn: %s (os error %d)", strerror(errno), errno);

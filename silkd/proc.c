@@ -2,10 +2,14 @@
  * live stream to attachers, exit publication and retention; plus the
  * verbs that only look at the table (ps, kill, attach, logs).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -248,17 +252,70 @@ void proc_remove(struct proc *p) {
   sbx_free(p);
 }
 
+/* ---- killing the tree ---- */
+
+/* The session of a process from /proc/<pid>/stat (field 6), or -1. */
+static pid_t stat_session(const char *pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%s/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char *rp = strrchr(buf, ')'); /* comm may hold spaces and parens */
+  int ppid, pgrp, sid;
+  char state;
+  if (!rp || sscanf(rp + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4) return -1;
+  return sid;
+}
+
+/* SIGKILL every process of session sid: a pty shell's jobs sit in process
+ * groups of their own, which the shell's group kill misses. A pidfd taken
+ * before the session is checked pins the process the check saw, so a pid
+ * reused in between is never signalled. */
+static void kill_session(pid_t sid) {
+  DIR *d = opendir("/proc");
+  if (!d) return;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    char *end;
+    long pid = strtol(de->d_name, &end, 10);
+    if (*end || pid <= 1 || pid == sid) continue;
+    int pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (pfd < 0 && errno != ENOSYS) continue;
+    if (stat_session(de->d_name) == sid) {
+      if (pfd >= 0) syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+      else kill((pid_t)pid, SIGKILL); /* a kernel before 5.3: the small race stays */
+    }
+    if (pfd >= 0) close(pfd);
+  }
+  closedir(d);
+}
+
+/* Every exec and pty leads its own process group, so a signal reaches the
+ * whole tree a shell started (`sh -c 'sleep 300 & sleep 300'`), and a
+ * SIGKILL of a pty reaches every job of its session too. Only an unreaped
+ * leader is signalled: until it is reaped its pid, and so its group and
+ * session ids, cannot be reused. A workload that left the group (setsid)
+ * is not reached; it dies with the sandbox. */
+void proc_signal(struct proc *p, int sig) {
+  if (p->reaped) return;
+  if (kill(-p->pid, sig) < 0) kill(p->pid, sig);
+  if (p->is_pty && sig == SIGKILL) kill_session(p->pid);
+}
+
 void proc_orphan(struct proc *p) {
   p->oops = NULL;
-  if (!p->reaped) kill(p->pid, SIGKILL);
+  proc_signal(p, SIGKILL);
   p->code = p->reaped ? p->reap_code : -1;
   p->exited = true;
   proc_remove(p);
 }
 
 void proc_kill_all(void) {
-  for (struct proc *p = procs; p; p = p->next)
-    if (!p->reaped) kill(p->pid, SIGKILL);
+  for (struct proc *p = procs; p; p = p->next) proc_signal(p, SIGKILL);
 }
 
 /* ---- verbs ---- */
@@ -297,7 +354,7 @@ void verb_kill(struct conn *c, sbx_wire_req *req) {
     return;
   }
   /* Never signal a reaped pid: it may belong to someone else by now. */
-  if (!p->reaped) kill(p->pid, req->u.kill.has_signal ? req->u.kill.signal : SIGKILL);
+  proc_signal(p, req->u.kill.has_signal ? req->u.kill.signal : SIGKILL);
   conn_send_simple(c, SBX_RESP_DONE);
 }
 

@@ -55,8 +55,9 @@ static void pty_drained(void *arg, int err) {
 
 static void pty_input_end(void *rpc) {
   struct pty_rpc *x = rpc;
-  /* End of input kills the shell; exit{137} follows from the reap. */
-  if (!proc_exited(x->p)) kill(proc_pid(x->p), SIGKILL);
+  /* End of input kills the shell and its jobs; exit{137} follows from the
+   * reap. */
+  proc_signal(x->p, SIGKILL);
 }
 
 static void pty_writable(void *rpc) {

@@ -120,7 +120,7 @@ struct spawn_opts {
   uid_t uid;
   gid_t gid;
   int fd0, fd1, fd2; /* become 0, 1, 2 in the child */
-  bool new_pgrp;     /* session shells */
+  bool new_pgrp;     /* execs and session shells: lead a process group */
   bool setsid_ctty;  /* pty shells: setsid + TIOCSCTTY on fd0 */
 };
 /* vfork + exec; chdir/exec failures come back (in memory the vfork child
@@ -157,6 +157,9 @@ int proc_pty_master(const struct proc *p);
 void proc_set_pty_master(struct proc *p, int fd);
 size_t proc_count(void);
 void proc_kill_all(void);
+/* Signal the entry's process group (and, for SIGKILL of a pty, its whole
+ * session); nothing once the leader is reaped. */
+void proc_signal(struct proc *p, int sig);
 /* Owner gone (client write failed): kill, publish code, remove later. */
 void proc_orphan(struct proc *p);
 

@@ -241,6 +241,10 @@ async function sdkSession() {
     assert.equal(r.stdout, '/tmp\n');
 
     const content = 'hello from mcp\nline two: ünïcødé\n';
+    r = await call('write_file', { sandbox_id: id, path: 'tmp/rel.txt', content });
+    assert.equal(r.isError, true, 'a relative path is refused');
+    assert.match(r.content[0].text, /absolute path/);
+    log(`relative path -> ${r.content[0].text}`);
     r = ok(await call('write_file', { sandbox_id: id, path: '/tmp/mcp/a.txt', content }), 'write_file');
     assert.equal(r.bytes, Buffer.byteLength(content));
     r = ok(await call('read_file', { sandbox_id: id, path: '/tmp/mcp/a.txt' }), 'read_file');
@@ -350,7 +354,7 @@ async function callCap() {
   const c = await s.request(2, 'tools/call', { name: 'create_sandbox', arguments: {} });
   const id = c.result.structuredContent.sandbox_id;
   const t0 = Date.now();
-  s.send(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'exec', arguments: { sandbox_id: id, command: 'sleep 30' } } }));
+  s.send(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'exec', arguments: { sandbox_id: id, command: 'sleep 300 & sleep 300' } } }));
   await new Promise((r) => setTimeout(r, 300));
   s.send('{"jsonrpc":"2.0","id":4,"method":"ping"}');
   let r = await s.next();
@@ -364,15 +368,25 @@ async function callCap() {
   let sleeping = true;
   for (let i = 0; i < 50 && sleeping; i++) {
     const ps = await s.request(5 + i, 'tools/call', { name: 'ps', arguments: { sandbox_id: id } });
-    sleeping = ps.result.structuredContent.processes.some((p) => p.argv.includes('sleep 30') && p.state === 'running');
+    sleeping = ps.result.structuredContent.processes.some((p) => p.argv.includes('sleep 300 & sleep 300') && p.state === 'running');
     if (sleeping) await new Promise((res) => setTimeout(res, 100));
   }
   assert.equal(sleeping, false, 'the exec past its cap was killed');
+  // and so was the sleep its shell put in the background: no `sleep 300`
+  // left in the sandbox's pid namespace
+  const left = `for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done | grep -c '^sleep 300 $'`;
+  let n = -1;
+  for (let i = 0; i < 50 && n !== 0; i++) {
+    const e = await s.request(100 + i, 'tools/call', { name: 'exec', arguments: { sandbox_id: id, command: left } });
+    n = Number(e.result.structuredContent.stdout.trim());
+    if (n !== 0) await new Promise((res) => setTimeout(res, 100));
+  }
+  assert.equal(n, 0, 'no sleep 300 of the killed exec survives');
   s.proc.stdin.end();
   const { code } = await s.exited;
   assert.equal(code, 0, s.stderr);
   assert.ok(!(await liveIds()).has(id));
-  log(`call cap: exec answered a timeout after ${took} ms and was killed; ping ran alongside`);
+  log(`call cap: exec answered a timeout after ${took} ms and its whole tree was killed; ping ran alongside`);
 }
 
 async function malformed() {
@@ -397,6 +411,10 @@ async function malformed() {
   await expectError('{"jsonrpc":"2.0","id":11,"method":"tools/call","params":[1]}', -32602, 11);
   await expectError('{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"arguments":{}}}', -32602, 12);
   await expectError('{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"nope"}}', -32602, 's');
+  // valid JSON that jansson alone would refuse still gets its own id back
+  await expectError('{"jsonrpc":"2.0","id":20,"method":"ping","params":{"s":"a\\u0000b"}}', -32602, 20);
+  await expectError('{"jsonrpc":"2.0","id":21,"method":"ping","params":{"n":9223372036854775808}}', -32602, 21);
+  await expectError('{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"exec","arguments":{"sandbox_id":"x","command":"echo \\u0000"}}}', -32602, 22);
   // notifications (known or not) get no answer: the next answer is ping's
   s.send('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}');
   s.send('{"jsonrpc":"2.0","method":"some/unknown/notification"}');

@@ -11,6 +11,7 @@
 
 #include "client_test.h"
 #include "sbxctl_run.h"
+#include "../silkd/proc_tree.h"
 
 static silkd_proc silkd;
 static char state_dir[128];
@@ -133,6 +134,31 @@ static void test_sigint_kills_remote(void **state) {
   run_result_free(&r);
 }
 
+/* Once the remote shell printed its pid (its process group) and both
+ * sleeps run, interrupt sbxctl. */
+static void interrupt_when_tree_runs(pid_t pid, const sbx_buf *out, void *ud) {
+  long *remote = ud;
+  if (*remote == 0 && out->ptr && strchr(out->ptr, '\n')) {
+    *remote = atol(out->ptr);
+    if (pgrp_settle((pid_t)*remote, "sleep", 2) != 2) fprintf(stderr, "the two sleeps did not start\n");
+    kill(pid, SIGINT);
+  }
+}
+
+static void test_sigint_kills_remote_tree(void **state) {
+  (void)state;
+  run_result r;
+  long remote = 0;
+  assert_int_equal(run_sbxctl(ARGS("exec", SBX, "--", "sh", "-c", "echo $$; sleep 300 & sleep 300"), NULL, &r,
+                              interrupt_when_tree_runs, &remote),
+                   0);
+  assert_true(remote > 0);
+  assert_int_equal(r.status, 130);
+  /* the shell and both sleeps are gone (silkd runs on this host here) */
+  assert_int_equal(pgrp_settle((pid_t)remote, NULL, 0), 0);
+  run_result_free(&r);
+}
+
 static void test_files_and_tokens(void **state) {
   (void)state;
   run_result r;
@@ -203,6 +229,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_usage_errors),   cmocka_unit_test(test_exec_code_and_stderr),
       cmocka_unit_test(test_exec_stdin),     cmocka_unit_test(test_sigint_kills_remote),
+      cmocka_unit_test(test_sigint_kills_remote_tree),
       cmocka_unit_test(test_files_and_tokens), cmocka_unit_test(test_ps_kill_logs),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

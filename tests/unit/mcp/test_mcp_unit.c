@@ -1,5 +1,6 @@
 /* sbxctl mcp pieces that need no server: the tool table (every schema
  * parses, annotations are consistent, names unique), argument checking,
+ * reading a JSON-RPC line (which error, with which id),
  * UTF-8 repair of output before it goes into JSON, the registry, and the
  * answer of the verbs sandboxd lacks. The sbxctl sources are compiled in
  * (sbxctl is a program, not a library); the stdio loop in mcp.c is covered
@@ -12,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "../../../sbxctl/mcp_rpc.c"
 #include "../../../sbxctl/mcp_tools.c"
 #include "../../../sbxctl/mcp_util.c"
 #include "../../../sbxctl/mcp_verbs.c"
@@ -42,6 +44,13 @@ static void test_tool_table(void **state) {
     json_t *req;
     json_array_foreach(json_object_get(schema, "required"), r, req)
         assert_non_null(json_object_get(json_object_get(schema, "properties"), json_string_value(req)));
+    /* check_args enforces only the pattern "^/": no other may appear */
+    const char *pk;
+    json_t *pv;
+    json_object_foreach(json_object_get(schema, "properties"), pk, pv) {
+      json_t *pat = json_object_get(pv, "pattern");
+      if (pat) assert_string_equal(json_string_value(pat), "^/");
+    }
     const char *desc = json_string_value(json_object_get(t, "description"));
     assert_non_null(desc);
     assert_null(strchr(desc, '\n'));
@@ -84,6 +93,85 @@ static void test_check_args(void **state) {
   assert_int_equal(check("kill", "{\"sandbox_id\":\"a\",\"pid\":0}", &err), SBX_E_INVAL);
   assert_int_equal(check("kill", "{\"sandbox_id\":\"a\",\"pid\":5,\"signal\":15}", &err), 0);
   assert_int_equal(check("node_info", "{}", &err), 0);
+  /* sandbox paths are absolute, in every tool that takes one */
+  const char *rel[] = {"{\"sandbox_id\":\"a\",\"path\":\"rel.txt\",\"content\":\"x\"}",
+                       "{\"sandbox_id\":\"a\",\"path\":\"\"}", "{\"sandbox_id\":\"a\",\"path\":\"./x\"}",
+                       "{\"sandbox_id\":\"a\",\"command\":\"ls\",\"cwd\":\"tmp\"}",
+                       "{\"sandbox_id\":\"a\",\"command\":\"ls\",\"cwd\":\"tmp\"}"};
+  const char *tool[] = {"write_file", "read_file", "list_dir", "exec", "spawn"};
+  for (size_t i = 0; i < 5; i++) {
+    assert_int_equal(check(tool[i], rel[i], &err), SBX_E_INVAL);
+    assert_non_null(strstr(err.msg, "must be an absolute path"));
+  }
+  assert_int_equal(check("write_file", "{\"sandbox_id\":\"a\",\"path\":\"/tmp/a\",\"content\":\"x\"}", &err), 0);
+  assert_int_equal(check("list_dir", "{\"sandbox_id\":\"a\",\"path\":\"/\"}", &err), 0);
+}
+
+/* Read one line; expect an error `code` answered to the id whose JSON text
+ * is `id_json` ("null" for none), or with code 0 a request to serve. */
+static void rpc_is(const char *line, int code, const char *id_json) {
+  mcp_rpc_msg m;
+  mcp_rpc_read(line, strlen(line), &m);
+  if (code == 0) {
+    if (m.reply) fail_msg("%s: unexpected reply %s", line, json_dumps(m.reply, JSON_COMPACT));
+    assert_non_null(m.method);
+    assert_non_null(m.params);
+  } else {
+    if (!m.reply) fail_msg("%s: no reply", line);
+    json_t *e = json_object_get(m.reply, "error");
+    if (json_integer_value(json_object_get(e, "code")) != code)
+      fail_msg("%s: %s", line, json_dumps(m.reply, JSON_COMPACT));
+    assert_true(json_is_string(json_object_get(e, "message")));
+  }
+  json_t *id = m.reply ? json_object_get(m.reply, "id") : m.id;
+  char *got = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+  if (strcmp(got, id_json) != 0) fail_msg("%s: id %s, want %s", line, got, id_json);
+  free(got);
+  mcp_rpc_msg_free(&m);
+}
+
+static void test_rpc_read(void **state) {
+  (void)state;
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", 0, "1");
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"ping\",\"params\":null}", 0, "\"a\"");
+  /* valid JSON holding \u0000: answered to its own id */
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"exec\","
+         "\"arguments\":{\"sandbox_id\":\"a\",\"command\":\"echo a\\u0000b\"}}}",
+         MCP_RPC_PARAMS, "3");
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":{\"k\\u0000\":1}}", MCP_RPC_PARAMS, "4");
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\\u0000x\"}", MCP_RPC_INVALID, "5");
+  rpc_is("{\"jsonrpc\":\"2.0\\u0000\",\"id\":6,\"method\":\"ping\"}", MCP_RPC_INVALID, "6");
+  /* an id with \u0000 is still an id, echoed exactly */
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":\"x\\u0000y\",\"method\":\"ping\"}", 0, "\"x\\u0000y\"");
+  /* integers past int64 (and a real past double) */
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"kill\","
+         "\"arguments\":{\"sandbox_id\":\"a\",\"pid\":9223372036854775808}}}",
+         MCP_RPC_PARAMS, "7");
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\",\"params\":{\"n\":-99999999999999999999999}}",
+         MCP_RPC_PARAMS, "8");
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\",\"params\":{\"n\":1e999}}", MCP_RPC_PARAMS, "9");
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"ping\",\"params\":{\"s\":\"9223372036854775808\"}}", 0,
+         "10");
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":9223372036854775807,\"method\":\"ping\"}", 0, "9223372036854775807");
+  /* an id that cannot be represented cannot be echoed: null, -32600 */
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":9223372036854775808,\"method\":\"ping\"}", MCP_RPC_INVALID, "null");
+  /* not JSON at all: -32700, null */
+  rpc_is("{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":", MCP_RPC_PARSE, "null");
+  rpc_is("{\"id\":12,\"n\":99999999999999999999,}", MCP_RPC_PARSE, "null");
+  rpc_is("{\"id\":13,\"s\":\"\\u0000\" x}", MCP_RPC_PARSE, "null");
+  rpc_is("not json", MCP_RPC_PARSE, "null");
+  rpc_is("{\"id\":14,\"s\":\"\\ud800\"}", MCP_RPC_PARSE, "null");
+  const char raw_nul[] = "{\"jsonrpc\":\"2.0\",\"id\":15,\"method\":\"ping\"}\0";
+  mcp_rpc_msg m;
+  mcp_rpc_read(raw_nul, sizeof raw_nul - 1, &m);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(m.reply, "error"), "code")), MCP_RPC_PARSE);
+  mcp_rpc_msg_free(&m);
+  /* a notification with either is simply dropped */
+  const char *note = "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"n\":99999999999999999999}}";
+  mcp_rpc_read(note, strlen(note), &m);
+  assert_null(m.reply);
+  assert_null(m.id);
+  mcp_rpc_msg_free(&m);
 }
 
 static void text_is(const char *in, size_t n, const char *want, bool want_repaired) {
@@ -146,6 +234,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tool_table),
       cmocka_unit_test(test_check_args),
+      cmocka_unit_test(test_rpc_read),
       cmocka_unit_test(test_utf8_repair),
       cmocka_unit_test(test_unsupported_and_unknown),
   };

@@ -142,6 +142,43 @@ static void test_exec_timeout_kills(void **state) {
   assert_true(wait_dead(&c, "/tmp/sleep.pid"));
 }
 
+/* How many live processes of the process group the sandbox's pidfile names
+ * run in the sandbox ("none" when the file is empty). */
+static int group_alive(const struct sbxd_claim *c, const char *pidfile) {
+  char script[600];
+  snprintf(script, sizeof script,
+           "g=$(cat %s 2>/dev/null); [ -n \"$g\" ] || { echo none; exit 0; }; n=0; "
+           "for f in /proc/[0-9]*/stat; do read -r p comm st pp pg rest < $f 2>/dev/null || continue; "
+           "[ \"$pg\" = \"$g\" ] && [ \"$st\" != Z ] && n=$((n+1)); done; echo $n",
+           pidfile);
+  char *out = sh_out(c, script);
+  int r = strcmp(out, "none\n") == 0 ? -1 : atoi(out);
+  free(out);
+  return r;
+}
+
+static void test_exec_timeout_kills_tree(void **state) {
+  /* The shell and both sleeps it started run in one process group; the
+   * timeout's kill takes all three. */
+  struct sbxd_claim c;
+  claim(&c);
+  int st;
+  json_t *v = exec(&c,
+                   "{\"argv\":[\"sh\",\"-c\",\"echo $$ > /tmp/tree.pid; sleep 300 & echo $! > /tmp/bg.pid; "
+                   "sleep 300\"],\"timeout_seconds\":1}",
+                   &st);
+  assert_int_equal(st, 504);
+  json_decref(v);
+  assert_true(wait_dead(&c, "/tmp/bg.pid"));
+  assert_true(wait_dead(&c, "/tmp/tree.pid"));
+  int n = -2;
+  for (int i = 0; i < 1000 && n != 0; i++) { /* a hang guard of about 10 s */
+    n = group_alive(&c, "/tmp/tree.pid");
+    if (n != 0) usleep(10000);
+  }
+  assert_int_equal(n, 0);
+}
+
 static void test_exec_cap_kills(void **state) {
   struct sbxd_claim c;
   claim(&c);
@@ -612,6 +649,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_exec, setup, teardown),
       cmocka_unit_test_setup_teardown(test_exec_timeout_kills, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_exec_timeout_kills_tree, setup, teardown),
       cmocka_unit_test_setup_teardown(test_exec_cap_kills, setup, teardown),
       cmocka_unit_test_setup_teardown(test_exec_client_gone_kills, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_relay, setup, teardown),

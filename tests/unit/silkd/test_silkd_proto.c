@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 
 
+#include "proc_tree.h"
 #include "silkd_client.h"
 
 static silkd_srv srv;
@@ -432,6 +433,44 @@ static void test_kill_ps(void **state) {
   sc_close(c);
 }
 
+/* Start argv on c (foreground, or detached) and return the pid. */
+static uint32_t start_tree(sc *c, const char *script, bool detach) {
+  sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"%s\"],\"detach\":%s}", script,
+           detach ? "true" : "false");
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_STARTED);
+  uint32_t pid = r.u.started.pid;
+  sbx_wire_resp_free(&r);
+  return pid;
+}
+
+static void test_kill_takes_the_tree(void **state) {
+  /* kill ends the shell and the background child it started; the exit code
+   * is the shell's own (137) */
+  sc *c = sc_open(&srv), *k = sc_open(&srv);
+  uint32_t pid = start_tree(c, "sleep 300 & sleep 300", false);
+  assert_int_equal(pgrp_settle((pid_t)pid, "sleep", 2), 2);
+  sc_sendf(k, "{\"v\":1,\"op\":\"kill\",\"pid\":%u}", pid);
+  expect_type(k, SBX_RESP_DONE);
+  sc_result res;
+  assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+  assert_int_equal(res.final, SBX_RESP_EXIT);
+  assert_int_equal(res.code, 137);
+  sc_result_free(&res);
+  assert_int_equal(pgrp_settle((pid_t)pid, NULL, 0), 0);
+
+  /* a detached one, with SIGTERM: the signal reaches every member too */
+  pid = start_tree(c, "sleep 300 & sleep 300", true);
+  assert_int_equal(pgrp_settle((pid_t)pid, "sleep", 2), 2);
+  sc_sendf(k, "{\"v\":1,\"op\":\"kill\",\"pid\":%u,\"signal\":15}", pid);
+  expect_type(k, SBX_RESP_DONE);
+  assert_int_equal(pgrp_settle((pid_t)pid, NULL, 0), 0);
+
+  sc_close(k);
+  sc_close(c);
+}
+
 static void test_detached_logs_attach(void **state) {
   sc *c = sc_open(&srv);
   sc *a = sc_open(&srv);
@@ -538,6 +577,16 @@ static void test_client_gone_kills_child(void **state) {
     assert_true(rp[2] == 'Z' || rp[2] == 'X');
   }
   sc_close(k);
+}
+
+static void test_client_gone_kills_tree(void **state) {
+  /* The vanished client is noticed at the next write (yes writes), and the
+   * background sleep dies with the shell. */
+  sc *c = sc_open(&srv);
+  uint32_t pid = start_tree(c, "sleep 300 & yes", false);
+  assert_int_equal(pgrp_settle((pid_t)pid, "sleep", 1), 1);
+  sc_close(c);
+  assert_int_equal(pgrp_settle((pid_t)pid, NULL, 0), 0);
 }
 
 /* Children of `parent` from /proc: zombies if `zombie`, else live ones. */
@@ -708,6 +757,8 @@ int main(void) {
       cmocka_unit_test(test_kill_ps),
       cmocka_unit_test(test_detached_logs_attach),
       cmocka_unit_test(test_client_gone_kills_child),
+      cmocka_unit_test(test_kill_takes_the_tree),
+      cmocka_unit_test(test_client_gone_kills_tree),
       cmocka_unit_test(test_orphans_reaped_and_drain),
       cmocka_unit_test(test_sigterm_exits_zero),
       cmocka_unit_test(test_stdio_transport),

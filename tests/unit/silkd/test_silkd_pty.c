@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 
+#include "proc_tree.h"
 #include "silkd_client.h"
 
 static silkd_srv srv;
@@ -111,6 +112,36 @@ static void test_pty_request_kills_shell(void **state) {
   assert_int_equal(sc_recv(c, &r), 1);
   assert_int_equal(r.type, SBX_RESP_INFO);
   sbx_wire_resp_free(&r);
+  sc_close(c);
+}
+
+static void test_pty_end_kills_jobs(void **state) {
+  /* A background job of the interactive shell sits in a process group of
+   * its own: ending the pty kills it all the same. */
+  sc *c = sc_open(&srv);
+  sc_sendf(c, "{\"v\":1,\"op\":\"pty_open\",\"cols\":80,\"rows\":24}");
+  sbx_wire_resp r;
+  assert_int_equal(sc_recv(c, &r), 1);
+  assert_int_equal(r.type, SBX_RESP_STARTED);
+  sbx_wire_resp_free(&r);
+  sbx_buf acc = SBX_BUF_INIT(1 << 24);
+  send_stdin(c, "sleep 300 & echo job=$!=$((40+2))\n");
+  read_until(c, &acc, "=42");
+  const char *at = strstr(acc.ptr, "job=");
+  while (at && !(at[4] >= '0' && at[4] <= '9')) at = strstr(at + 4, "job=");
+  assert_non_null(at);
+  pid_t job = (pid_t)atol(at + 4);
+  assert_true(job > 1);
+  assert_int_equal(pgrp_settle(job, "sleep", 1), 1);
+  sc_sendf(c, "{\"v\":1,\"op\":\"info\"}"); /* a request frame ends the pty */
+  sc_result res;
+  assert_int_equal(sc_collect(c, &res, SC_FIN_EXIT), 1);
+  assert_int_equal(res.code, 137);
+  sc_result_free(&res);
+  assert_int_equal(pgrp_settle(job, NULL, 0), 0);
+  assert_int_equal(sc_recv(c, &r), 1);
+  sbx_wire_resp_free(&r);
+  sbx_buf_free(&acc);
   sc_close(c);
 }
 
@@ -248,6 +279,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pty_size_and_resize),
       cmocka_unit_test(test_pty_request_kills_shell),
+      cmocka_unit_test(test_pty_end_kills_jobs),
       cmocka_unit_test(test_port_forward_echo),
       cmocka_unit_test(test_port_forward_errors),
   };
