@@ -192,6 +192,15 @@ int silkd_run(int argc, char **argv) {
     addrs[naddrs++] = defaddr;
   }
 
+  /* Non-dumpable before the first connection: then no workload, root
+   * like us and with our capabilities, can ptrace us (PTRACE_ATTACH or
+   * SEIZE would stop pid 1), read or write our memory (process_vm_*,
+   * /proc/1/mem) or take our descriptors (pidfd_getfd, /proc/1/fd), which
+   * include the host-side sockets: all of these need CAP_SYS_PTRACE on a
+   * non-dumpable target, and workloads do not have it. It covers every
+   * thread (the flag is the address space's). Children get it back from
+   * execve; between vfork and execve they share our memory anyway. */
+  prctl(PR_SET_DUMPABLE, 0);
   signal(SIGPIPE, SIG_IGN);
   /* Orphans of our children come to us even when we are not PID 1 (a VM
    * guest's early daemon, tests), and the SIGCHLD loop reaps them. */
