@@ -213,13 +213,19 @@ int silkd_run(int argc, char **argv) {
     sbx_error_log("event_base_new failed");
     return 1;
   }
-  struct event *sigs[4] = {
+  /* As pid 1, SIGTERM and SIGINT keep their default action: the kernel
+   * then drops them when they come from inside our pid namespace (a
+   * workload would otherwise shut the sandbox's silkd down) and lets one
+   * from the host end us. A graceful stop adds nothing there: all our
+   * processes die with pid 1. */
+  bool init = getpid() == 1;
+  struct event *sigs[3] = {
       evsignal_new(silkd.base, SIGCHLD, on_sigchld, NULL),
-      evsignal_new(silkd.base, SIGTERM, on_sigterm, NULL),
-      evsignal_new(silkd.base, SIGINT, on_sigterm, NULL),
-      NULL,
+      init ? NULL : evsignal_new(silkd.base, SIGTERM, on_sigterm, NULL),
+      init ? NULL : evsignal_new(silkd.base, SIGINT, on_sigterm, NULL),
   };
-  for (int i = 0; sigs[i]; i++) event_add(sigs[i], NULL);
+  for (int i = 0; i < 3; i++)
+    if (sigs[i]) event_add(sigs[i], NULL);
   session_init();
 
   bool have_stdio = false;

@@ -432,8 +432,8 @@ static char proc_state(pid_t pid) {
 
 /* ptrace (ATTACH, SEIZE, on every thread, with the pid's high bits set
  * to slip past a 64-bit compare), process_vm_readv, /proc/1/mem and
- * environ, and SIGSTOP: silkd is neither stopped nor read, and serves the
- * next exec. */
+ * environ, and SIGSTOP, SIGTERM, SIGINT, SIGHUP to pid 1: silkd is
+ * neither stopped, ended nor read, and serves the next exec. */
 static void test_silkd_cannot_be_traced_or_stopped(void **state) {
   jt *t = silkd_jt(state);
   sbx_instance *s = jt_clone(t, "iso-trace");
@@ -460,13 +460,13 @@ static void test_silkd_cannot_be_traced_or_stopped(void **state) {
                    "for f in (\"mem\",\"environ\"):\n"
                    "  try: open(\"/proc/1/\"+f,\"rb\").read(1); print(f,\"ok\")\n"
                    "  except OSError as e: print(f,errno.errorcode[e.errno])\n"
-                   "os.kill(1,signal.SIGSTOP)\n"
-                   "print(\"stop sent\")\n"
+                   "for sig in (signal.SIGSTOP,signal.SIGTERM,signal.SIGINT,signal.SIGHUP): os.kill(1,sig)\n"
+                   "print(\"signals sent\")\n"
                    "'",
                    o, sizeof o);
   assert_int_equal(code, 0);
   assert_string_equal(o, "attach EPERM\nseize EPERM\nattach_hi EPERM\nvm_readv EPERM\nvm_writev EPERM\n"
-                         "threads reached 0\nmem EACCES\nenviron EACCES\nstop sent\n");
+                         "threads reached 0\nmem EACCES\nenviron EACCES\nsignals sent\n");
   char st = proc_state(sbx_instance_pid(s));
   assert_true(st != 'T' && st != 't');
   assert_int_equal(jt_sh(a, "echo alive", o, sizeof o), 0);
