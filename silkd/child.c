@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -320,6 +321,10 @@ int spawn_child(const struct spawn_opts *o, pid_t *pidp, sbx_error *err) {
     if (o->has_user) {
       if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setgid, o->gid) < 0 || syscall(SYS_setuid, o->uid) < 0)
         child_fail(&fail, 1, errno);
+      /* The uid change set the dumpable flag of the memory we share with
+       * silkd to fs.suid_dumpable, which a host may have at 1: silkd stays
+       * non-dumpable (main.c). */
+      prctl(PR_SET_DUMPABLE, 0);
     }
     if (o->cwd && chdir(o->cwd) < 0) child_fail(&fail, 2, errno);
     exec_search(o->argv, o->envp);
