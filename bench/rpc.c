@@ -19,9 +19,10 @@
  * much less.
  * With --addr, the node at ADDR is used (SANDBOXD_TOKEN as the node token);
  * --addr unix:PATH talks to a silkd socket directly, which separates the
- * relay's share from silkd's. --no-handoff starts sandboxd with
- * relay_handoff false, so it relays agent upgrades instead of passing the
- * client socket to silkd (A/B of the two paths). */
+ * relay's share from silkd's. The node it starts hands agent upgrades off
+ * (relay_handoff true, which is not sandboxd's default); --no-handoff
+ * starts it with relay_handoff false, so it relays agent upgrades instead
+ * of passing the client socket to silkd (A/B of the two paths). */
 #include <dirent.h>
 #include <ftw.h>
 #include <limits.h>
@@ -45,7 +46,7 @@ static int start_daemon(char *addr, size_t addr_len) {
   const char *cfg = no_handoff ? "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DIR@/data\",\"driver\":\"jail\","
                                  "\"relay_handoff\":false,\"pools\":[{\"template\":\"host\",\"warm\":1}]}"
                                : "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DIR@/data\",\"driver\":\"jail\","
-                                 "\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
+                                 "\"relay_handoff\":true,\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
   if (bench_daemon_start(&sbxd, "bench-rpc", cfg, NULL, NULL) < 0) return -1;
   snprintf(addr, addr_len, "127.0.0.1:%d", sbxd.port);
   return 0;

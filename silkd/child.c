@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -268,6 +269,19 @@ static void exec_search(const char *const *argv, char **envp) {
   errno = eacces ? EACCES : ENOENT;
 }
 
+/* A jail's host makes pid 1 exempt from the OOM killer (oom_score_adj
+ * -1000), which a child inherits: every workload goes back to 0, so that
+ * when a sandbox runs out of memory the kernel kills a workload, never
+ * silkd. Raising the value needs no privilege; elsewhere it is already 0.
+ * Async-signal-safe: it runs in the vfork child. */
+static void child_reset_oom_score(void) {
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = write(fd, "0", 1);
+  (void)n;
+  close(fd);
+}
+
 int spawn_child(const struct spawn_opts *o, pid_t *pidp, sbx_error *err) {
   /* Not a local: the compiler does not know the child writes our stack, and
    * proved a local's 0 unchanged. Only the loop thread spawns. */
@@ -301,11 +315,16 @@ int spawn_child(const struct spawn_opts *o, pid_t *pidp, sbx_error *err) {
     if (o->setsid_ctty && ioctl(0, TIOCSCTTY, 0) < 0) child_fail(&fail, 1, errno);
     /* Every other daemon descriptor is closed by exec. */
     syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+    child_reset_oom_score();
     /* Raw syscalls: glibc's setuid family would broadcast the change to
      * every thread of the daemon, whose memory this vfork child shares. */
     if (o->has_user) {
       if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setgid, o->gid) < 0 || syscall(SYS_setuid, o->uid) < 0)
         child_fail(&fail, 1, errno);
+      /* The uid change set the dumpable flag of the memory we share with
+       * silkd to fs.suid_dumpable, which a host may have at 1: silkd stays
+       * non-dumpable (main.c). */
+      prctl(PR_SET_DUMPABLE, 0);
     }
     if (o->cwd && chdir(o->cwd) < 0) child_fail(&fail, 2, errno);
     exec_search(o->argv, o->envp);

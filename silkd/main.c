@@ -192,6 +192,15 @@ int silkd_run(int argc, char **argv) {
     addrs[naddrs++] = defaddr;
   }
 
+  /* Non-dumpable before the first connection: then no workload, root
+   * like us and with our capabilities, can ptrace us (PTRACE_ATTACH or
+   * SEIZE would stop pid 1), read or write our memory (process_vm_*,
+   * /proc/1/mem) or take our descriptors (pidfd_getfd, /proc/1/fd), which
+   * include the host-side sockets: all of these need CAP_SYS_PTRACE on a
+   * non-dumpable target, and workloads do not have it. It covers every
+   * thread (the flag is the address space's). Children get it back from
+   * execve; between vfork and execve they share our memory anyway. */
+  prctl(PR_SET_DUMPABLE, 0);
   signal(SIGPIPE, SIG_IGN);
   /* Orphans of our children come to us even when we are not PID 1 (a VM
    * guest's early daemon, tests), and the SIGCHLD loop reaps them. */
@@ -204,13 +213,19 @@ int silkd_run(int argc, char **argv) {
     sbx_error_log("event_base_new failed");
     return 1;
   }
-  struct event *sigs[4] = {
+  /* As pid 1, SIGTERM and SIGINT keep their default action: the kernel
+   * then drops them when they come from inside our pid namespace (a
+   * workload would otherwise shut the sandbox's silkd down) and lets one
+   * from the host end us. A graceful stop adds nothing there: all our
+   * processes die with pid 1. */
+  bool init = getpid() == 1;
+  struct event *sigs[3] = {
       evsignal_new(silkd.base, SIGCHLD, on_sigchld, NULL),
-      evsignal_new(silkd.base, SIGTERM, on_sigterm, NULL),
-      evsignal_new(silkd.base, SIGINT, on_sigterm, NULL),
-      NULL,
+      init ? NULL : evsignal_new(silkd.base, SIGTERM, on_sigterm, NULL),
+      init ? NULL : evsignal_new(silkd.base, SIGINT, on_sigterm, NULL),
   };
-  for (int i = 0; sigs[i]; i++) event_add(sigs[i], NULL);
+  for (int i = 0; i < 3; i++)
+    if (sigs[i]) event_add(sigs[i], NULL);
   session_init();
 
   bool have_stdio = false;

@@ -162,6 +162,31 @@ static int report_error(const jail_plan *plan, const jail_report *r, sbx_error *
   return sbx_err_os(err, r->errnum, "jail setup: %s%s%s", jail_step_name(r->op), r->what[0] ? " " : "", r->what);
 }
 
+/* silkd must outlive its workloads when the sandbox runs out of memory
+ * (the writable layer is charged to the same cgroup, and its pages belong
+ * to no process the OOM killer could weigh): pid 1 is exempt, set from
+ * here because lowering the score takes CAP_SYS_RESOURCE, and silkd puts
+ * each child back to 0. Before "go", so nothing of the sandbox runs first.
+ * A host process without CAP_SYS_RESOURCE (root in a container) cannot:
+ * the writable tmpfs cap (plan.c) is then what keeps a writer from
+ * reaching the memory limit. */
+static int exempt_from_oom(pid_t pid, sbx_error *err) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, "-1000", 5) != 5) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    if (e == EACCES || e == EPERM) {
+      sbx_debug("jail: pid 1 keeps its OOM score (no CAP_SYS_RESOURCE)");
+      return 0;
+    }
+    return sbx_err_os(err, e, "write %s", path);
+  }
+  close(fd);
+  return 0;
+}
+
 int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *spec, const char *upper_dir,
                       sbx_instance **out, sbx_error *err) {
   *out = NULL;
@@ -286,6 +311,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   cg_made = true;
   t_attach = sbx_now_ns();
   if ((rc = jail_cgroup_attach(jd->cg, id, pid, err)) < 0) goto fail;
+  if (!spec->init_argv && (rc = exempt_from_oom(pid, err)) < 0) goto fail;
   t_go = sbx_now_ns();
   /* A child that failed its setup has already exited: its report says
    * why, which matters more than the failed send. */

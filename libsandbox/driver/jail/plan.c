@@ -93,6 +93,16 @@ static int overlay_opts(char *buf, size_t cap, const sbx_layer_point *pt, const 
   return check_layer_path(base, err);
 }
 
+/* The cap of a writable tmpfs (the layer, /tmp). Its pages are charged to
+ * the sandbox's memory cgroup and belong to no process, so a writer that
+ * filled it up to the memory limit would make the OOM killer pick some
+ * process: the writer must get ENOSPC first. A quarter of the memory stays
+ * for silkd and the workloads (128 MiB at small). */
+static unsigned long long writable_cap(const sbx_size_tier *size) {
+  unsigned long long mem = size->mem_bytes - size->mem_bytes / 4;
+  return size->disk_bytes < mem ? size->disk_bytes : mem;
+}
+
 int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
   jail_op *op;
   char path[JAIL_STR_MAX];
@@ -112,7 +122,7 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
     snprintf(base, sizeof base, "%s/rw", a->sbx_dir);
     ADD(JOP_TMPFS_HOST, base);
     op->flags = MS_NOSUID | MS_NODEV;
-    SET(data, JAIL_DATA_MAX, "mode=0700,size=%llu", (unsigned long long)a->size->disk_bytes);
+    SET(data, JAIL_DATA_MAX, "mode=0700,size=%llu", writable_cap(a->size));
   }
   for (size_t i = 0; i < l->npoints; i++) {
     snprintf(path, sizeof path, "%s/u%zu", base, i);
@@ -181,7 +191,7 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
 
   ADD(JOP_TMPFS, "tmp");
   op->flags = MS_NOSUID | MS_NODEV;
-  SET(data, JAIL_DATA_MAX, "mode=1777,size=%llu", (unsigned long long)a->size->disk_bytes);
+  SET(data, JAIL_DATA_MAX, "mode=1777,size=%llu", writable_cap(a->size));
   ADD(JOP_TMPFS, "run");
   op->flags = MS_NOSUID | MS_NODEV;
   SET(data, JAIL_DATA_MAX, "mode=0755,size=%llu", 64ull << 20);

@@ -6,7 +6,8 @@
  * for and that are the usual doors to the kernel (io_uring among them, as
  * Docker's current default profile has it: programs fall back to plain
  * syscalls); everything else (ptrace of its own processes...) is left to the
- * namespaces and the reduced capabilities, as a container runtime does.
+ * namespaces and the reduced capabilities, as a container runtime does,
+ * except what would reach into pid 1.
  * Denied calls fail with EPERM so programs see an ordinary permission
  * error; a foreign architecture's syscall (i386 numbers through int 0x80)
  * kills the process, because its numbers would bypass every rule below. */
@@ -61,6 +62,21 @@ int jail_seccomp_build(struct sock_fprog *out, sbx_error *err) {
   if (rc == 0)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                           SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER));
+  /* Nothing may reach into pid 1 (silkd): it holds the sandbox's
+   * host-side sockets, and a stopped silkd hangs every exec. Its being
+   * non-dumpable is what the kernel enforces for all its threads (see
+   * silkd/main.c); these rules are the second wall, on the pid a
+   * workload would name it by. Only the low 32 bits are a pid_t. */
+  static const struct {
+    const char *name;
+    unsigned arg;
+  } pid1[] = {{"ptrace", 1}, {"pidfd_open", 0}, {"process_vm_readv", 0}, {"process_vm_writev", 0}};
+  for (size_t i = 0; i < sizeof pid1 / sizeof pid1[0] && rc == 0; i++) {
+    int nr = seccomp_syscall_resolve_name(pid1[i].name);
+    if (nr == __NR_SCMP_ERROR) continue;
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1,
+                          SCMP_CMP(pid1[i].arg, SCMP_CMP_MASKED_EQ, 0xffffffffull, 1));
+  }
   /* clone3 passes its flags in memory seccomp cannot read: answering
    * ENOSYS makes libc fall back to clone, which the rule above sees. */
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);

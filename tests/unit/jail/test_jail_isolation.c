@@ -262,6 +262,232 @@ static void test_namespaces_are_own(void **state) {
   assert_int_equal(sbx_sandbox_destroy(a, &err), 0);
 }
 
+/* ---- pid 1 (the real silkd) out of the workloads' reach ----
+ * These run twice: on jails from the zygote and, with SBX_JAIL_ZYGOTE=0,
+ * on jails whose silkd was exec'd. */
+
+static jt *silkd_jt(void **state) { return *state; }
+
+/* A listener on 127.0.0.1 of the host, non-blocking; its port in *port. */
+static int host_listener(int *port) {
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(l, 4), 0);
+  socklen_t sl = sizeof sa;
+  assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+  *port = ntohs(sa.sin_port);
+  return l;
+}
+
+static int host_connect(int port) {
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (connect(c, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    int e = errno;
+    close(c);
+    errno = e;
+    return -1;
+  }
+  return c;
+}
+
+/* What sandboxd's relay_handoff does after the 101: the client's TCP
+ * socket (host network namespace) goes to silkd over a carrier on the
+ * agent socket, with the marker byte, and the carrier's EOF. The client
+ * end is returned as an agent, already answered once through silkd. */
+static sbx_agent *hand_off_client(sbx_instance *s, int *carrier) {
+  int lport;
+  int l = host_listener(&lport);
+  int c = host_connect(lport);
+  assert_true(c >= 0);
+  int sv;
+  while ((sv = accept4(l, NULL, NULL, SOCK_CLOEXEC)) < 0 && errno == EAGAIN) {}
+  assert_true(sv >= 0);
+  close(l);
+  sbx_error err = {0};
+  assert_int_equal(sbx_sandbox_connect(s, carrier, &err), 0);
+  union {
+    struct cmsghdr h;
+    char b[CMSG_SPACE(sizeof(int))];
+  } u = {0};
+  struct iovec iov = {"", 1};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b};
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(h), &sv, sizeof sv);
+  assert_int_equal(sendmsg(*carrier, &m, MSG_NOSIGNAL), 1);
+  assert_int_equal(shutdown(*carrier, SHUT_WR), 0);
+  close(sv);
+  sbx_agent *a = NULL;
+  assert_int_equal(sbx_agent_open(c, &a, &err), 0);
+  sbx_agent_set_timeout(a, 60000);
+  sbx_resp_info info;
+  char version[64];
+  assert_int_equal(sbx_agent_info(a, &info, version, sizeof version, &err), 0);
+  return a;
+}
+
+/* The attack of the hardening issue, step by step, while silkd holds a
+ * handed-off client socket: take pid 1's descriptors (pidfd_open +
+ * pidfd_getfd, through every thread, and /proc/1/fd), look for any socket
+ * of the host inherited from silkd, and reach the host through it
+ * (AF_UNSPEC connect, then connect to a host loopback listener). Then a
+ * listener the workload opens must not be in the host's namespace. */
+static void test_handed_off_socket_out_of_reach(void **state) {
+  jt *t = silkd_jt(state);
+  sbx_instance *s = jt_clone(t, "iso-steal");
+  int carrier = -1;
+  sbx_agent *client = hand_off_client(s, &carrier);
+  int tport, lport;
+  int target = host_listener(&tport);
+  close(host_listener(&lport)); /* a port free on the host */
+  sbx_agent *a = jt_agent(s);
+  char script[4096];
+  snprintf(script, sizeof script,
+           "python3 -c '\n"
+           "import ctypes,errno,os,select,socket\n"
+           "libc=ctypes.CDLL(None,use_errno=True)\n"
+           "L=ctypes.c_long\n"
+           "def en(): return errno.errorcode.get(ctypes.get_errno())\n"
+           "p=libc.syscall(434,L(1),L(0))\n"
+           "print(\"pidfd_open\", en() if p<0 else \"ok\")\n"
+           "p=libc.syscall(434,L((1<<32)|1),L(0))\n"
+           "print(\"pidfd_open_hi\", en() if p<0 else \"ok\")\n"
+           "taken=0\n"
+           "for tid in os.listdir(\"/proc/1/task\"):\n"
+           "  pf=libc.syscall(434,L(int(tid)),L(0 if tid==\"1\" else 0o200))\n"
+           "  for fd in range(64 if pf>=0 else 0):\n"
+           "    if libc.syscall(438,L(pf),L(fd),L(0))>=0: taken+=1\n"
+           "print(\"taken\", taken)\n"
+           "seen=set()\n"
+           "for fd in os.listdir(\"/proc/1/fd\"):\n"
+           "  for f in (os.readlink, lambda p: os.close(os.open(p, os.O_RDONLY))):\n"
+           "    try: f(\"/proc/1/fd/\"+fd)\n"
+           "    except OSError as e: seen.add(errno.errorcode[e.errno])\n"
+           "print(\"proc fd\", \" \".join(sorted(seen)))\n"
+           "reached=0; inet=0\n"
+           "for fd in os.listdir(\"/proc/self/fd\"):\n"
+           "  try: s=socket.socket(fileno=os.dup(int(fd)))\n"
+           "  except OSError: continue\n"
+           "  if s.family!=socket.AF_INET and s.family!=socket.AF_INET6: continue\n"
+           "  inet+=1\n"
+           "  libc.connect(L(s.fileno()),b\"\\0\"*16,L(16))\n"
+           "  r=s.connect_ex((\"127.0.0.1\",%d))\n"
+           "  if r==errno.EINPROGRESS:\n"
+           "    select.select([],[s],[],10); r=s.getsockopt(socket.SOL_SOCKET,socket.SO_ERROR)\n"
+           "  if r==0: reached+=1\n"
+           "print(\"inet fds\", inet, \"reached\", reached)\n"
+           "'\n"
+           "python3 -c '\n"
+           "import socket,os,time\n"
+           "s=socket.socket()\n"
+           "s.bind((\"127.0.0.1\",%d))\n"
+           "s.listen(4)\n"
+           "open(\"/tmp/listening\",\"w\").write(str(os.getpid()))\n"
+           "time.sleep(300)\n"
+           "' >/dev/null 2>&1 &\n"
+           "while [ ! -s /tmp/listening ]; do sleep 0.05; done; echo listening",
+           tport, lport);
+  char out2[4096];
+  assert_int_equal(jt_sh(a, script, out2, sizeof out2), 0);
+  assert_string_equal(out2, "pidfd_open EPERM\npidfd_open_hi EPERM\ntaken 0\nproc fd EACCES\n"
+                            "inet fds 0 reached 0\nlistening\n");
+  /* Nothing reached the host's listener, and the workload's listener is
+   * not on the host: connecting to its port is refused while it lives. */
+  assert_int_equal(accept4(target, NULL, NULL, SOCK_CLOEXEC), -1);
+  assert_int_equal(errno, EAGAIN);
+  assert_int_equal(host_connect(lport), -1);
+  assert_int_equal(errno, ECONNREFUSED);
+  assert_int_equal(jt_sh(a, "kill -0 $(cat /tmp/listening) && echo alive", out2, sizeof out2), 0);
+  assert_string_equal(out2, "alive\n");
+  /* The handed-off connection is still silkd's and still served. */
+  sbx_error err = {0};
+  sbx_resp_info info;
+  char version[64];
+  assert_int_equal(sbx_agent_info(client, &info, version, sizeof version, &err), 0);
+  sbx_agent_close(client);
+  sbx_agent_close(a);
+  close(carrier);
+  close(target);
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
+/* The state letter of /proc/<pid>/stat (after the comm in parentheses). */
+static char proc_state(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  assert_non_null(p);
+  return p[2];
+}
+
+/* ptrace (ATTACH, SEIZE, on every thread, with the pid's high bits set
+ * to slip past a 64-bit compare), process_vm_readv, /proc/1/mem and
+ * environ, and SIGSTOP, SIGTERM, SIGINT, SIGHUP to pid 1: silkd is
+ * neither stopped, ended nor read, and serves the next exec. */
+static void test_silkd_cannot_be_traced_or_stopped(void **state) {
+  jt *t = silkd_jt(state);
+  sbx_instance *s = jt_clone(t, "iso-trace");
+  sbx_agent *a = jt_agent(s);
+  char o[4096];
+  int code = jt_sh(a,
+                   "python3 -c '\n"
+                   "import ctypes,errno,os,signal\n"
+                   "libc=ctypes.CDLL(None,use_errno=True)\n"
+                   "L=ctypes.c_long\n"
+                   "def r(n,rc): print(n, errno.errorcode.get(ctypes.get_errno()) if rc<0 else \"ok\")\n"
+                   "r(\"attach\",libc.syscall(101,L(16),L(1),L(0),L(0)))\n"
+                   "r(\"seize\",libc.syscall(101,L(0x4206),L(1),L(0),L(0)))\n"
+                   "r(\"attach_hi\",libc.syscall(101,L(16),L((1<<32)|1),L(0),L(0)))\n"
+                   "buf=ctypes.create_string_buffer(64)\n"
+                   "iov=(ctypes.c_void_p*2)(ctypes.cast(buf,ctypes.c_void_p).value,64)\n"
+                   "r(\"vm_readv\",libc.syscall(310,L(1),iov,L(1),iov,L(1),L(0)))\n"
+                   "r(\"vm_writev\",libc.syscall(311,L(1),iov,L(1),iov,L(1),L(0)))\n"
+                   "n=0\n"
+                   "for tid in os.listdir(\"/proc/1/task\"):\n"
+                   "  if libc.syscall(101,L(16),L(int(tid)),L(0),L(0))>=0: n+=1\n"
+                   "  if libc.syscall(310,L(int(tid)),iov,L(1),iov,L(1),L(0))>=0: n+=1\n"
+                   "print(\"threads reached\", n)\n"
+                   "for f in (\"mem\",\"environ\"):\n"
+                   "  try: open(\"/proc/1/\"+f,\"rb\").read(1); print(f,\"ok\")\n"
+                   "  except OSError as e: print(f,errno.errorcode[e.errno])\n"
+                   "for sig in (signal.SIGSTOP,signal.SIGTERM,signal.SIGINT,signal.SIGHUP): os.kill(1,sig)\n"
+                   "print(\"signals sent\")\n"
+                   "'",
+                   o, sizeof o);
+  assert_int_equal(code, 0);
+  assert_string_equal(o, "attach EPERM\nseize EPERM\nattach_hi EPERM\nvm_readv EPERM\nvm_writev EPERM\n"
+                         "threads reached 0\nmem EACCES\nenviron EACCES\nsignals sent\n");
+  char st = proc_state(sbx_instance_pid(s));
+  assert_true(st != 'T' && st != 't');
+  assert_int_equal(jt_sh(a, "echo alive", o, sizeof o), 0);
+  assert_string_equal(o, "alive\n");
+  sbx_agent_close(a);
+  sbx_error err = {0};
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
+static int silkd_setup(void **state) {
+  jt *t = calloc(1, sizeof *t);
+  if (!t || jt_open(t) < 0) return -1;
+  *state = t;
+  return 0;
+}
+static int silkd_teardown(void **state) {
+  jt_close(*state);
+  free(*state);
+  return 0;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_only_own_processes),
@@ -278,5 +504,13 @@ int main(void) {
       cmocka_unit_test(test_cannot_signal_or_ptrace_other),
       cmocka_unit_test(test_namespaces_are_own),
   };
-  return cmocka_run_group_tests_name("jail_isolation", tests, setup, teardown);
+  int failed = cmocka_run_group_tests_name("jail_isolation", tests, setup, teardown);
+  const struct CMUnitTest pid1[] = {
+      cmocka_unit_test(test_handed_off_socket_out_of_reach),
+      cmocka_unit_test(test_silkd_cannot_be_traced_or_stopped),
+  };
+  failed += cmocka_run_group_tests_name("jail_pid1_zygote", pid1, silkd_setup, silkd_teardown);
+  setenv("SBX_JAIL_ZYGOTE", "0", 1);
+  failed += cmocka_run_group_tests_name("jail_pid1_exec", pid1, silkd_setup, silkd_teardown);
+  return failed;
 }

@@ -74,6 +74,98 @@ static void test_silkd_survives_oom_and_fork_bomb(void **state) {
   assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
 }
 
+/* Whether this process may lower an OOM score (CAP_SYS_RESOURCE): the
+ * driver then exempts pid 1 from the OOM killer. */
+static bool can_exempt_from_oom(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long eff = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "CapEff: %llx", &eff) == 1) break;
+  if (f) fclose(f);
+  return (eff >> 24) & 1; /* CAP_SYS_RESOURCE */
+}
+
+/* silkd answers, the sandbox's own OOM scores are as the driver set them
+ * (pid 1 exempt where the host could, every workload back at 0), and a
+ * write that fits the layer works again once the big file is gone. */
+static void assert_usable_after_big_write(sbx_instance *s) {
+  sbx_agent *a = jt_agent(s);
+  assert_info(a);
+  char out[4096], want[64];
+  assert_int_equal(jt_sh(a, "cat /proc/1/oom_score_adj /proc/self/oom_score_adj; rm -f /big /tmp/big; "
+                            "head -c 1M /dev/zero > /small && wc -c < /small",
+                         out, sizeof out),
+                   0);
+  snprintf(want, sizeof want, "%s\n0\n1048576\n", can_exempt_from_oom() ? "-1000" : "0");
+  assert_string_equal(out, want);
+  sbx_agent_close(a);
+}
+
+/* 700 MiB into a small sandbox (512 MiB, its writable layer charged to
+ * memory) from inside, by a plain writer, to / and to /tmp: each gets
+ * ENOSPC before the memory limit, and nothing is killed. */
+static void test_big_write_gets_enospc(void **state) {
+  (void)state;
+  sbx_instance *s = jt_clone(&T, "sk-enospc");
+  sbx_agent *a = jt_agent(s);
+  char out[4096];
+  assert_int_equal(jt_sh(a,
+                         "for f in /big /tmp/big; do head -c 700M /dev/zero > $f 2>/dev/null; echo $f $?; "
+                         "rm -f $f; done",
+                         out, sizeof out),
+                   0);
+  assert_string_equal(out, "/big 1\n/tmp/big 1\n");
+  sbx_agent_close(a);
+  assert_usable_after_big_write(s);
+  sbx_error err = {0};
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
+/* A ustar header for one regular file of size bytes. */
+static void tar_header(char h[512], const char *name, unsigned long long size) {
+  memset(h, 0, 512);
+  snprintf(h, 100, "%s", name);
+  snprintf(h + 100, 8, "%07o", 0644);
+  snprintf(h + 108, 8, "%07o", 0);
+  snprintf(h + 116, 8, "%07o", 0);
+  snprintf(h + 124, 12, "%011llo", size);
+  snprintf(h + 136, 12, "%011o", 0);
+  h[156] = '0';
+  memcpy(h + 257, "ustar", 6);
+  memcpy(h + 263, "00", 2);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++) sum += (unsigned char)h[i];
+  snprintf(h + 148, 8, "%06o", sum);
+}
+
+/* The push of the hardening issue: 700 MiB through fs_push into a small
+ * sandbox. The push fails (ENOSPC), silkd, which writes the files itself,
+ * survives, and the sandbox stays usable. */
+static void test_big_push_fails_silkd_survives(void **state) {
+  (void)state;
+  sbx_instance *s = jt_clone(&T, "sk-bigpush");
+  sbx_agent *a = jt_agent(s);
+  const unsigned long long size = 700ull << 20;
+  sbx_error err = {0};
+  sbx_wire_req r = {.op = SBX_OP_FS_PUSH};
+  r.u.fs_push.dest = "/";
+  assert_int_equal(sbx_agent_send(a, &r, &err), 0);
+  static char chunk[1 << 20];
+  tar_header(chunk, "big", size);
+  int rc = sbx_agent_upload_write(a, chunk, 512, &err);
+  memset(chunk, 0, sizeof chunk);
+  for (unsigned long long sent = 0; rc == 0 && sent < size + 1024; sent += sizeof chunk)
+    rc = sbx_agent_upload_write(a, chunk, sizeof chunk, &err);
+  if (rc == 0) rc = sbx_agent_upload_end(a, &err);
+  assert_true(rc < 0);
+  assert_non_null(strstr(err.msg, "No space left on device"));
+  sbx_agent_close(a);
+  assert_usable_after_big_write(s);
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
 /* silkd is static in a normal build but dynamic under the sanitizers; a
  * root of its own then needs silkd's loader and libraries at the same paths. */
 static void add_silkd_deps(const char *root) {
@@ -229,6 +321,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_exec_through_silkd),
       cmocka_unit_test(test_silkd_survives_oom_and_fork_bomb),
+      cmocka_unit_test(test_big_write_gets_enospc),
+      cmocka_unit_test(test_big_push_fails_silkd_survives),
       cmocka_unit_test(test_directory_template),
       cmocka_unit_test(test_archive_template),
   };

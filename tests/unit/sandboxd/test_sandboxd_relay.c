@@ -21,7 +21,7 @@
 #include "sbxd_test.h"
 
 static const char *CONFIG = "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
-                            "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},"
+                            "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"relay_handoff\":true,"
                             "\"pools\":[{\"template\":\"host\",\"warm\":1}]}";
 
 /* The same with the handoff off: the agent upgrade is relayed. */
