@@ -481,6 +481,7 @@ int mcp_serve_bytes(sbx_client *client, const char *data, size_t len, int out_fd
                     .call_cap_ms = MCP_CALL_CAP_MS};
   mcp_registry_init(&srv.reg);
   linebuf lb = {0};
+  linebuf_room(&lb); /* as serve() has before its first read, even for no bytes */
   /* in read-sized pieces, as serve() takes stdin */
   for (size_t off = 0; off < len;) {
     linebuf_room(&lb);
