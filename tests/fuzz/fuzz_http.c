@@ -3,11 +3,11 @@
  *
  * The input is what a client sends on one connection. The harness hands the
  * server one end of a socketpair (http_server_adopt, the listener's own
- * hand-over, so nothing listens), writes the input into the other end and
- * half-closes it, and runs the event loop until the server has closed the
- * connection. The handler answers every request at once (200 echoing the
- * path and body length), taking the connection over for an Upgrade as
- * sandboxd's relay does. Checked: the server closes the connection in the
+ * hand-over, so nothing listens), writes the input into the other end in
+ * pieces, half-closes it, and runs the event loop until the server has
+ * closed the connection. The handler answers every request at once (200
+ * echoing the path and body length), taking the connection over for an
+ * Upgrade as sandboxd's relay does. Checked: the server closes the connection in the
  * end, every request it hands the handler has a method, a path starting
  * with '/', at most HTTP_MAX_HEADERS headers and a body within
  * HTTP_BODY_MAX; and every byte the server writes is an HTTP/1.1 answer. */
@@ -89,11 +89,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t off = 0;
   client_side cs = {0};
   bool shut = false;
+  /* The bytes arrive in pieces, a loop turn apart, so heads and bodies are
+   * also parsed as they trickle in; the piece size comes from the input's
+   * last byte (1 to 512 bytes). */
+  size_t piece = size ? 1 + (size_t)data[size - 1] * 7 % 512 : 1;
   /* Bounded: a server that never closes is a finding (libFuzzer's -timeout
    * would catch a spin, this catches a connection left open). */
-  for (int turn = 0; turn < 100000 && !cs.eof; turn++) {
+  for (size_t turn = 0; turn < size + 10000 && !cs.eof; turn++) {
     if (off < size) {
-      ssize_t w = write(sv[1], data + off, size - off);
+      ssize_t w = write(sv[1], data + off, size - off < piece ? size - off : piece);
       if (w > 0) off += (size_t)w;
     }
     if (off == size && !shut) {
