@@ -3,6 +3,7 @@
 #ifndef SBX_FUZZ_UTIL_H
 #define SBX_FUZZ_UTIL_H
 
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,16 +22,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     }                                                                        \
   } while (0)
 
-/* The harness's own directory under $TMPDIR (or /tmp), made on first use;
- * everything a harness writes stays beneath it. */
+static char fuzz_tmpdir_path[4096];
+
+static inline int fuzz_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  return remove(p);
+}
+
+static inline void fuzz_tmpdir_remove(void) {
+  nftw(fuzz_tmpdir_path, fuzz_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The harness's own directory under $TMPDIR (or /tmp), made on first use
+ * and removed at exit; everything a harness writes stays beneath it. */
 static inline const char *fuzz_tmpdir(void) {
-  static char dir[4096];
-  if (!dir[0]) {
+  if (!fuzz_tmpdir_path[0]) {
     const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/sbx-fuzz-XXXXXX", t && *t ? t : "/tmp");
-    FUZZ_CHECK(mkdtemp(dir) != NULL, "mkdtemp %s", dir);
+    snprintf(fuzz_tmpdir_path, sizeof fuzz_tmpdir_path, "%s/sbx-fuzz-XXXXXX", t && *t ? t : "/tmp");
+    FUZZ_CHECK(mkdtemp(fuzz_tmpdir_path) != NULL, "mkdtemp %s", fuzz_tmpdir_path);
+    atexit(fuzz_tmpdir_remove);
   }
-  return dir;
+  return fuzz_tmpdir_path;
 }
 
 #endif
