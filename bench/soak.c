@@ -202,6 +202,14 @@ static void stop_daemon(void) {
   }
   nftw(sbxd.dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
   sbxd.pid = 0;
+  /* the cgroup parent, empty now, in every hierarchy */
+  DIR *d = opendir("/sys/fs/cgroup");
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char cg[PATH_MAX];
+    snprintf(cg, sizeof cg, "/sys/fs/cgroup/%s/%s", e->d_name, cg_name);
+    if (e->d_name[0] != '.') rmdir(cg);
+  }
+  if (d) closedir(d);
 }
 
 static void die(const char *what, const sbx_error *err) {
