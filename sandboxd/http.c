@@ -291,13 +291,17 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  http_server_adopt(s, fd);
+}
+
+int http_server_adopt(struct http_server *s, evutil_socket_t fd) {
   struct http_conn *c = sbx_calloc(1, sizeof *c);
   c->srv = s;
   c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
   if (!c->bev) {
     close(fd);
     sbx_free(c);
-    return;
+    return -1;
   }
   c->timer = evtimer_new(s->base, timer_cb, c);
   c->next = s->conns;
@@ -311,6 +315,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
    * plus two epoll_ctl calls, on every connection (each relay's too). */
   bufferevent_enable(c->bev, EV_READ);
   arm_timer(c, IDLE_TIMEOUT_S);
+  return 0;
 }
 
 static void resume_accept_cb(evutil_socket_t fd, short what, void *arg) {

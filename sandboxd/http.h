@@ -76,6 +76,11 @@ void http_server_configure(struct http_server *s, const struct http_limits *lim,
 int http_server_listen(struct http_server *s, const char *host, int port, char *errbuf, size_t errlen);
 /* Stop accepting; open connections are closed, pending requests answered
  * by nobody (their handlers are told through on_close). */
+/* Serve the connected socket fd (non-blocking; the server owns it from now
+ * on) as if accepted: how the listener hands a connection over, and how the
+ * fuzz harness feeds the parser a socketpair without listening. 0, or -1
+ * (fd closed). */
+int http_server_adopt(struct http_server *s, evutil_socket_t fd);
 void http_server_free(struct http_server *s);
 size_t http_server_conns(const struct http_server *s);
 /* Connections taken over by http_upgrade or http_detach whose Upgrade

@@ -357,6 +357,14 @@ static void take_lines(mcp_server *srv, linebuf *lb, bool eof) {
   }
 }
 
+/* Room for the next read: at least 64 KiB, growing up to the line cap. */
+static void linebuf_room(linebuf *lb) {
+  if (lb->alloc - lb->len >= 65536) return;
+  lb->alloc = lb->alloc ? lb->alloc * 2 : 131072;
+  if (lb->alloc > MCP_LINE_MAX + 131072) lb->alloc = MCP_LINE_MAX + 131072;
+  lb->buf = sbx_realloc(lb->buf, lb->alloc);
+}
+
 /* Returns the signal that ended the loop, or 0 for stdin EOF / a closed
  * stdout. */
 static int serve(mcp_server *srv, int sigfd) {
@@ -379,11 +387,7 @@ static int serve(mcp_server *srv, int sigfd) {
       }
     }
     if (n <= 0 || !(pf[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-    if (lb.alloc - lb.len < 65536) {
-      lb.alloc = lb.alloc ? lb.alloc * 2 : 131072;
-      if (lb.alloc > MCP_LINE_MAX + 131072) lb.alloc = MCP_LINE_MAX + 131072;
-      lb.buf = sbx_realloc(lb.buf, lb.alloc);
-    }
+    linebuf_room(&lb);
     ssize_t r = read(0, lb.buf + lb.len, lb.alloc - lb.len);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (r <= 0) {
@@ -423,6 +427,32 @@ static bool shut_down(mcp_server *srv, int sigfd, int *failed) {
     }
     check_deadlines(srv);
   }
+}
+
+int mcp_serve_bytes(sbx_client *client, const char *data, size_t len, int out_fd) {
+  mcp_server srv = {.client = client, .out_fd = out_fd, .out_lock = PTHREAD_MUTEX_INITIALIZER,
+                    .lock = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER,
+                    .call_cap_ms = MCP_CALL_CAP_MS};
+  mcp_registry_init(&srv.reg);
+  linebuf lb = {0};
+  linebuf_room(&lb); /* as serve() has before its first read, even for no bytes */
+  /* in read-sized pieces, as serve() takes stdin */
+  for (size_t off = 0; off < len;) {
+    linebuf_room(&lb);
+    size_t n = len - off < lb.alloc - lb.len ? len - off : lb.alloc - lb.len;
+    memcpy(lb.buf + lb.len, data + off, n);
+    lb.len += n;
+    off += n;
+    take_lines(&srv, &lb, false);
+  }
+  take_lines(&srv, &lb, true);
+  sbx_free(lb.buf);
+  pthread_mutex_lock(&srv.lock);
+  while (srv.active > 0) pthread_cond_wait(&srv.idle, &srv.lock);
+  pthread_mutex_unlock(&srv.lock);
+  int failed = mcp_registry_release_all(&srv.reg);
+  mcp_registry_free(&srv.reg);
+  return failed ? -1 : 0;
 }
 
 static const char USAGE[] = "usage: sbxctl mcp [--addr ADDR] [--token TOKEN] [--template TEMPLATE]\n";

@@ -24,6 +24,11 @@
  * sandbox could not be released, 2 for a usage error. */
 int sbxctl_mcp_main(int argc, char **argv);
 
+/* The reader without stdin (for the fuzz harness): serve data as if it
+ * came on stdin up to EOF, answering on out_fd, and wait for the tool calls
+ * it started. 0, or -1 when a sandbox could not be released. */
+int mcp_serve_bytes(sbx_client *client, const char *data, size_t len, int out_fd);
+
 #define MCP_LINE_MAX (8u << 20)     /* longest accepted message */
 #define MCP_OUTPUT_CAP (1u << 20)   /* exec stdout / stderr, each */
 #define MCP_FILE_CAP (1u << 20)     /* read_file */

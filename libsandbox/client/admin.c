@@ -102,35 +102,38 @@ void sbx_node_info_free(sbx_node_info *info) {
   memset(info, 0, sizeof *info);
 }
 
+int node_info_parse(const sbx_buf *resp, const char *verb, sbx_node_info *out, sbx_error *err) {
+  json_t *j = load(resp, verb, err);
+  if (!j) return SBX_E_PARSE;
+  memset(out, 0, sizeof *out);
+  json_t *pools = json_object_get(j, "pools");
+  out->npools = json_array_size(pools);
+  out->pools = sbx_calloc(out->npools ? out->npools : 1, sizeof *out->pools);
+  for (size_t i = 0; i < out->npools; i++) {
+    json_t *p = json_array_get(pools, i);
+    sbx_pool_state *ps = &out->pools[i];
+    key_from(json_object_get(p, "key"), &ps->key);
+    ps->warm = int_field(p, "warm");
+    ps->refilling = int_field(p, "refilling");
+    ps->target = int_field(p, "target");
+    ps->golden = json_is_true(json_object_get(p, "golden"));
+  }
+  out->claimed = int_field(j, "claimed");
+  out->hibernated = int_field(j, "hibernated");
+  out->archived = int_field(j, "archived");
+  out->draining = json_is_true(json_object_get(j, "draining"));
+  out->at_capacity = json_is_true(json_object_get(j, "at_capacity"));
+  str_field(j, "at_capacity_reason", out->at_capacity_reason, sizeof out->at_capacity_reason);
+  out->json = sbx_strndup(resp->ptr, resp->len);
+  json_decref(j);
+  return 0;
+}
+
 static int node_info_call(sbx_client *c, const char *verb, const char *method, const char *path, const char *body,
                           sbx_node_info *out, sbx_error *err) {
   sbx_buf resp = SBX_BUF_INIT(CLIENT_BODY_CAP);
   int rc = http_call(c, &c->entry, verb, method, path, body, c->token, c->request_timeout_ms, &resp, err);
-  json_t *j = rc == 0 && out ? load(&resp, verb, err) : NULL;
-  if (rc == 0 && out && !j) rc = SBX_E_PARSE;
-  if (rc == 0 && out) {
-    memset(out, 0, sizeof *out);
-    json_t *pools = json_object_get(j, "pools");
-    out->npools = json_array_size(pools);
-    out->pools = sbx_calloc(out->npools ? out->npools : 1, sizeof *out->pools);
-    for (size_t i = 0; i < out->npools; i++) {
-      json_t *p = json_array_get(pools, i);
-      sbx_pool_state *ps = &out->pools[i];
-      key_from(json_object_get(p, "key"), &ps->key);
-      ps->warm = int_field(p, "warm");
-      ps->refilling = int_field(p, "refilling");
-      ps->target = int_field(p, "target");
-      ps->golden = json_is_true(json_object_get(p, "golden"));
-    }
-    out->claimed = int_field(j, "claimed");
-    out->hibernated = int_field(j, "hibernated");
-    out->archived = int_field(j, "archived");
-    out->draining = json_is_true(json_object_get(j, "draining"));
-    out->at_capacity = json_is_true(json_object_get(j, "at_capacity"));
-    str_field(j, "at_capacity_reason", out->at_capacity_reason, sizeof out->at_capacity_reason);
-    out->json = sbx_strndup(resp.ptr, resp.len);
-  }
-  json_decref(j);
+  if (rc == 0 && out) rc = node_info_parse(&resp, verb, out, err);
   sbx_buf_free(&resp);
   return rc;
 }

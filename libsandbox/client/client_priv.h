@@ -69,6 +69,14 @@ int conn_dial(sbx_sandbox *s, sbx_agent **out, sbx_error *err);
 void conn_put(sbx_sandbox *s, sbx_agent *a);
 void conn_drop_all(sbx_sandbox *s);
 
+/* The answer to an upgrade request on fd: 0 after a 101 (pending holds the
+ * bytes after its head), else the API error of its status and body. */
+int dial_read_upgrade(int fd, const char *verb, int timeout_ms, sbx_buf *pending, sbx_error *err);
+
+/* ---- admin.c ---- */
+/* A node info answer (GET /v1/info, drain, pools) into out. */
+int node_info_parse(const sbx_buf *resp, const char *verb, sbx_node_info *out, sbx_error *err);
+
 /* ---- tls.c ---- */
 /* TLS over the connected fd (which it takes over, also on failure); *out is
  * a plain stream bridged to it. */

@@ -101,7 +101,7 @@ static int send_all(int fd, const char *p, size_t n, sbx_error *err) {
 
 /* Read the answer to the upgrade request: the head, and for a non-101 its
  * body (Content-Length bounded, or up to EOF) to make the API error. */
-static int read_upgrade(int fd, const char *verb, int timeout_ms, sbx_buf *pending, sbx_error *err) {
+int dial_read_upgrade(int fd, const char *verb, int timeout_ms, sbx_buf *pending, sbx_error *err) {
   uint64_t deadline = sbx_now_ns() + (uint64_t)timeout_ms * 1000000;
   sbx_buf in = SBX_BUF_INIT(HEAD_CAP + ERR_BODY_CAP);
   int rc;
@@ -202,7 +202,7 @@ int dial_upgrade(sbx_sandbox *s, uint16_t port, const void *pipeline, size_t pip
   if (rc == 0 && pipeline_len) rc = sbx_buf_add(&req, pipeline, pipeline_len, err);
   if (rc == 0) rc = send_all(fd, req.ptr, req.len, err);
   sbx_buf_free(&req);
-  if (rc == 0) rc = read_upgrade(fd, port ? "dial_port" : "agent", c->connect_timeout_ms + c->request_timeout_ms,
+  if (rc == 0) rc = dial_read_upgrade(fd, port ? "dial_port" : "agent", c->connect_timeout_ms + c->request_timeout_ms,
                                  pending, err);
   if (rc < 0) {
     close(fd);

@@ -1,14 +1,15 @@
 /* tests/fuzz/replay_main.c - run files through LLVMFuzzerTestOneInput
- * without libFuzzer (any compiler), for the ctest regression test and for
- * reproducing a crash file:  fuzz_wire_replay [FILE|DIR]... [--raw FILE|DIR...]
- * A file named before --raw is fed as the stream after each of the 16 control
- * bytes, so the fixture corpus is exercised in every chunking mode and reader
- * cap; a file after --raw is a fuzzer input as is (control byte first), as
- * crash files and tests/fuzz/regressions/ are. */
+ * without libFuzzer (any compiler), for the ctest replay tests and for
+ * reproducing a crash file:  fuzz_<name>_replay [FILE|DIR]... [--raw FILE|DIR...]
+ * A file after --raw is a fuzzer input as is, as crash files, the seed
+ * corpora and tests/fuzz/regressions/ are. A file named before --raw is fed
+ * after each of the 16 values of a leading control byte (fuzz_wire reads
+ * the wire fixtures so, in every chunking mode and reader cap). */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -62,6 +63,6 @@ int main(int argc, char **argv) {
       if (run_file(argv[i], raw) == 0) files++, raw_files += raw; else bad++;
     }
   }
-  printf("fuzz_wire_replay: %d files replayed (%d x 16 control bytes, %d raw)\n", files, files - raw_files, raw_files);
+  printf("%s: %d files replayed (%d x 16 control bytes, %d raw)\n", basename(argv[0]), files, files - raw_files, raw_files);
   return bad || files == 0 ? 1 : 0;
 }
