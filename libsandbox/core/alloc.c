@@ -68,4 +68,8 @@ uint64_t sbx_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-const char *sbx_version(void) { return SBX_VERSION; }
+/* The version compiled into the library (SBX_VERSION_* of the headers it
+ * was built with), for callers that compare it with the headers they were
+ * built against. */
+const char *sbx_version(void) { return SBX_VERSION_STRING; }
+unsigned sbx_version_num(void) { return SBX_VERSION_NUM; }
