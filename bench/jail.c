@@ -121,10 +121,10 @@ int main(int argc, char **argv) {
     strcpy(strrchr(silkd, '/') + 1, "silkd");
   }
   sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = "/tmp/sbx-bench-jail/templates",
-                           .goldens_dir = "/tmp/sbx-bench-jail/goldens",
-                           .run_dir = "/run/sbx-bench-jail",
-                           .silkd_path = silkd,
-                           .cgroup_name = "sandbox-bench");
+                                                 .goldens_dir = "/tmp/sbx-bench-jail/goldens",
+                                                 .run_dir = "/run/sbx-bench-jail",
+                                                 .silkd_path = silkd,
+                                                 .cgroup_name = "sandbox-bench");
   sbxi_env_apply(&cfg); /* SBX_JAIL_ZYGOTE=0 measures the exec path */
   sbx_error err = {0};
   sbx_driver *d = NULL;

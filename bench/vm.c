@@ -68,8 +68,8 @@ static sbx_driver *open_driver(const char *restore, const char *base) {
   }
   /* SBX_QEMU_RESTORE in the environment would override the mode (below) */
   unsetenv("SBX_QEMU_RESTORE");
-  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl, .goldens_dir = gold, .run_dir = run, .silkd_path = silkd,
-                           .qemu_restore_mode = restore);
+  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl, .goldens_dir = gold, .run_dir = run,
+                                                 .silkd_path = silkd, .qemu_restore_mode = restore);
   sbxi_env_apply(&cfg);
   sbx_driver *d = NULL;
   sbx_error err = {0};

@@ -143,7 +143,8 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
     if (slash) *slash = '\0';
     snprintf(p->silkd, sizeof p->silkd, "%s/silkd", exe);
   }
-  sbx_driver_config dc = SBX_DRIVER_CONFIG_INIT(.templates_dir = cfg->templates_dir,
+  sbx_driver_config dc = {.struct_size = sizeof dc,
+                          .templates_dir = cfg->templates_dir,
                           .goldens_dir = p->goldens_dir,
                           .run_dir = p->run_dir,
                           .silkd_path = p->silkd,
@@ -155,7 +156,7 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
                           .qemu_guest_builder = cfg->qemu.guest_builder,
                           .qemu_accel = cfg->qemu.accel,
                           .qemu_restore_mode = cfg->qemu.restore_mode,
-                          .qemu_agent = cfg->qemu.agent);
+                          .qemu_agent = cfg->qemu.agent};
   sbxi_env_apply(&dc); /* the documented SBX_* variables override the config file */
   rc = sbx_driver_open(cfg->driver, &dc, &p->drv, err);
   if (rc < 0) goto fail;

@@ -57,7 +57,8 @@ static void test_exec_codes_and_stderr(void **state) {
   assert_int_equal(sbx_sandbox_run(f->s, &o2, &out, NULL, &code, &err), 0);
   assert_int_equal(code, 143);
   /* env, cwd */
-  sbx_exec_opts o3 = SBX_EXEC_OPTS_INIT(.argv = ARGV("sh", "-c", "echo $FOO; pwd"), .cwd = "/tmp", .env = ARGV("FOO=bar=baz"));
+  sbx_exec_opts o3 =
+      SBX_EXEC_OPTS_INIT(.argv = ARGV("sh", "-c", "echo $FOO; pwd"), .cwd = "/tmp", .env = ARGV("FOO=bar=baz"));
   assert_int_equal(sbx_sandbox_run(f->s, &o3, &out, NULL, &code, &err), 0);
   assert_string_equal(out.ptr, "bar=baz\n/tmp\n");
   /* run_check turns a non-zero exit into an exit error */

@@ -239,7 +239,9 @@ static void test_reconcile_adopts_and_removes(void **state) {
   pid_t drop_pid = sbx_instance_pid(drop);
   /* a second driver over the same directories plays the restarted host */
   sbx_driver *d2 = NULL;
-  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens", .run_dir = T.run_dir, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
+  sbx_driver_config cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
+                             .run_dir = T.run_dir, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
   assert_int_equal(sbx_driver_open("jail", &cfg, &d2, &err), 0);
   adopted_seen = 0;
   assert_int_equal(sbx_driver_reconcile(d2, decide, (void *)"lc-keep", &err), 1);
@@ -277,8 +279,9 @@ static void test_reconcile_spares_foreign_jails(void **state) {
   char other_run[160];
   snprintf(other_run, sizeof other_run, "%s-other", T.run_dir);
   sbx_driver *d2 = NULL;
-  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
-                           .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
+  sbx_driver_config cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
+                             .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
   assert_int_equal(sbx_driver_open("jail", &cfg, &d2, &err), 0);
   int seen = 0;
   assert_int_equal(sbx_driver_reconcile(d2, adopt_nothing, &seen, &err), 0);
@@ -319,8 +322,9 @@ static void test_namespace_pool_released_on_close(void **state) {
   sbx_driver *d2 = NULL;
   char other_run[160];
   snprintf(other_run, sizeof other_run, "%s-pool", T.run_dir);
-  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
-                           .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
+  sbx_driver_config cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
+                             .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
   assert_int_equal(sbx_driver_open("jail", &cfg, &d2, &err), 0);
   assert_true(count_ns_fds() > ns0); /* the stock is there */
   sbx_driver_close(d2);

@@ -75,9 +75,9 @@ static int setup(void **state) {
   static const char *const envs[] = {"SBX_QEMU", "SBX_GUEST_DIR", "SBX_GUEST_BUILDER", "SBX_QEMU_ACCEL",
                                      "SBX_QEMU_RESTORE", "SBX_QEMU_AGENT"};
   for (size_t i = 0; i < sizeof envs / sizeof *envs; i++) unsetenv(envs[i]);
-  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
-                           .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_guest_dir = guest_dir,
-                           .qemu_accel = accel);
+  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir,
+                                                 .run_dir = run_dir, .silkd_path = SBX_BUILD_BIN_DIR "/silkd",
+                                                 .qemu_guest_dir = guest_dir, .qemu_accel = accel);
   sbx_error err = {0};
   if (sbx_driver_open("qemu", &cfg, &drv, &err) < 0) {
     fprintf(stderr, "driver open: %s\n", err.msg);
@@ -368,9 +368,10 @@ static void test_restore_modes(void **state) {
   char ram[300];
   snprintf(ram, sizeof ram, "%s/ram", golden->dir);
   assert_int_equal(access(ram, R_OK), 0); /* the group's golden is mmap */
-  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
-                           .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_guest_dir = guest_dir,
-                           .qemu_accel = accel, .qemu_restore_mode = "copy");
+  sbx_driver_config cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
+                             .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_guest_dir = guest_dir,
+                             .qemu_accel = accel, .qemu_restore_mode = "copy");
   sbx_error err = {0};
   sbx_driver *d = NULL;
   int rc = sbx_driver_open("qemu", &cfg, &d, &err);
@@ -431,9 +432,9 @@ static void test_options(void **state) {
   char kernel[256], initrd[256];
   snprintf(kernel, sizeof kernel, "%s/vmlinuz", guest_dir);
   snprintf(initrd, sizeof initrd, "%s/initramfs.cpio.gz", guest_dir);
-  sbx_driver_config base_cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
-                                .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_kernel = kernel,
-                                .qemu_initrd = initrd);
+  sbx_driver_config base_cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
+                             .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_kernel = kernel, .qemu_initrd = initrd);
   static const struct {
     const char *accel, *restore, *agent, *guest, *binary;
     int code;

@@ -179,7 +179,8 @@ static void test_drain_and_retune(void **state) {
   settle();
   assert_int_equal(stat_of("host").warm, 2);
   /* Retune: host omitted (its warm ones destroyed), b added. */
-  sbx_pool_conf c[2] = {SBX_POOL_CONF_INIT(.key = key("b"), .warm = 1), SBX_POOL_CONF_INIT(.key = key("c"), .warm = 0)};
+  sbx_pool_conf c[2] = {SBX_POOL_CONF_INIT(.key = key("b"), .warm = 1),
+                        SBX_POOL_CONF_INIT(.key = key("c"), .warm = 0)};
   assert_int_equal(sbx_pool_mgr_set_pools(M, c, 2, NULL), 0);
   settle();
   assert_int_equal(stat_of("host").warm, -1);
@@ -187,7 +188,8 @@ static void test_drain_and_retune(void **state) {
   assert_int_equal(stat_of("c").warm, 0);
   assert_int_equal(F.destroyed, 4);
   /* Duplicate keys are refused and change nothing. */
-  sbx_pool_conf dup[2] = {SBX_POOL_CONF_INIT(.key = key("d"), .warm = 1), SBX_POOL_CONF_INIT(.key = key("d"), .warm = 1)};
+  sbx_pool_conf dup[2] = {SBX_POOL_CONF_INIT(.key = key("d"), .warm = 1),
+                          SBX_POOL_CONF_INIT(.key = key("d"), .warm = 1)};
   assert_int_equal(sbx_pool_mgr_set_pools(M, dup, 2, NULL), SBX_E_INVAL);
   assert_int_equal(stat_of("b").warm, 1);
 }
