@@ -8,6 +8,8 @@
 #include <sandbox/core.h>
 #include <sandbox/sandbox.h>
 
+#include "cleanup.h"
+
 static void __attribute__((noreturn)) oom(size_t n) {
   /* No allocation and no stdio buffering here: we are out of memory. */
   char msg[96];
@@ -55,7 +57,7 @@ char *sbx_strndup(const char *s, size_t n) {
 
 void sbx_free(void *p) { free(p); }
 
-void sbx_closep(int *fd) {
+void sbxi_closep(int *fd) {
   if (fd && *fd >= 0) {
     close(*fd);
     *fd = -1;
