@@ -14,6 +14,7 @@
 #include <sandbox/core.h>
 
 #include "../libsandbox/core/env.h"
+#include "../libsandbox/pool/secret.h"
 #include "provider.h"
 #include "sandboxd.h"
 
@@ -100,7 +101,7 @@ void provider_set_warmup(struct provider *p, const sbx_pool_key *key, char *cons
 static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *err) {
   char hash[33], rnd[13];
   key_hash(key, hash);
-  int rc = sbx_random_hex(rnd, 6, err);
+  int rc = sbxi_random_hex(rnd, 6, err);
   if (rc < 0) return rc;
   snprintf(out, len, "sbx-%s-%s", hash, rnd);
   return 0;

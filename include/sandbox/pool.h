@@ -193,12 +193,6 @@ size_t sbx_lease_count_tenant(const sbx_lease_table *t, const char *tenant);
 /* Iterate: i from 0 while it returns non-NULL. */
 sbx_lease *sbx_lease_at(const sbx_lease_table *t, size_t i);
 
-/* Equality of two NUL-terminated secrets that never stops at the first
- * differing byte: the time depends only on the lengths (spec §2.7). */
-bool sbx_secret_eq(const char *a, const char *b);
-/* n random bytes as 2n lowercase hex + NUL, from getrandom(2). */
-int sbx_random_hex(char *out, size_t nbytes, sbx_error *err);
-
 #ifdef __cplusplus
 }
 #endif

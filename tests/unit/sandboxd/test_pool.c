@@ -21,6 +21,8 @@
 #include <sandbox/core.h>
 #include <sandbox/pool.h>
 
+#include "pool/secret.h"
+
 struct fake {
   pthread_mutex_t mu;
   int made, destroyed, forgotten, prepared;
@@ -435,13 +437,13 @@ static void test_leases(void **state) {
 }
 
 static void test_secret_eq(void **state) {
-  assert_true(sbx_secret_eq("abc", "abc"));
-  assert_false(sbx_secret_eq("abc", "abd"));
-  assert_false(sbx_secret_eq("abc", "abcd"));
-  assert_false(sbx_secret_eq("", "a"));
-  assert_true(sbx_secret_eq("", ""));
+  assert_true(sbxi_secret_eq("abc", "abc"));
+  assert_false(sbxi_secret_eq("abc", "abd"));
+  assert_false(sbxi_secret_eq("abc", "abcd"));
+  assert_false(sbxi_secret_eq("", "a"));
+  assert_true(sbxi_secret_eq("", ""));
   char h[33];
-  assert_int_equal(sbx_random_hex(h, 16, NULL), 0);
+  assert_int_equal(sbxi_random_hex(h, 16, NULL), 0);
   assert_int_equal(strspn(h, "0123456789abcdef"), 32);
 }
 
