@@ -31,6 +31,7 @@
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
 #include "../tests/unit/jail/zygote_probe.h"
+#include "core/env.h"
 
 extern char **environ;
 
@@ -119,16 +120,17 @@ int main(int argc, char **argv) {
     silkd[l] = '\0';
     strcpy(strrchr(silkd, '/') + 1, "silkd");
   }
-  sbx_driver_config cfg = {.templates_dir = "/tmp/sbx-bench-jail/templates",
-                           .goldens_dir = "/tmp/sbx-bench-jail/goldens",
-                           .run_dir = "/run/sbx-bench-jail",
-                           .silkd_path = silkd,
-                           .cgroup_name = "sandbox-bench"};
+  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = "/tmp/sbx-bench-jail/templates",
+                                                 .goldens_dir = "/tmp/sbx-bench-jail/goldens",
+                                                 .run_dir = "/run/sbx-bench-jail",
+                                                 .silkd_path = silkd,
+                                                 .cgroup_name = "sandbox-bench");
+  sbxi_env_apply(&cfg); /* SBX_JAIL_ZYGOTE=0 measures the exec path */
   sbx_error err = {0};
   sbx_driver *d = NULL;
   sbx_template *t = NULL;
   sbx_golden *g = NULL;
-  sbx_template_spec ts = {.name = "host"};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = "host");
   if (sbx_driver_open("jail", &cfg, &d, &err) < 0 || sbx_template_prepare(d, &ts, &t, &err) < 0 ||
       sbx_golden_build(d, t, NULL, &g, &err) < 0) {
     fprintf(stderr, "bench-jail: %s\n", err.msg);

@@ -299,7 +299,7 @@ static void round_trips(sbx_sandbox *s, const char *addr, int n) {
   double *stat_kept = sbx_calloc(nn, sizeof(double)), *stat_dial = sbx_calloc(nn, sizeof(double));
   double *exec_kept = sbx_calloc(nn, sizeof(double)), *exec_dial = sbx_calloc(nn, sizeof(double));
   const char *argv_true[] = {"true", NULL};
-  sbx_exec_opts eo = {.argv = argv_true};
+  sbx_exec_opts eo = SBX_EXEC_OPTS_INIT(.argv = argv_true);
   sbx_wire_file_info fi;
   int code;
   for (int i = 0; i < n; i++) {
@@ -423,12 +423,12 @@ int main(int argc, char **argv) {
   } else if (start_daemon(addr, sizeof addr) < 0) {
     return 1;
   }
-  sbx_client_opts o = {.addr = addr, .token = getenv("SANDBOXD_TOKEN")};
+  sbx_client_opts o = SBX_CLIENT_OPTS_INIT(.addr = addr, .token = getenv("SANDBOXD_TOKEN"));
   sbx_client *c;
   sbx_sandbox *s;
   sbx_error err;
   if (sbx_client_new(&o, &c, &err) < 0) die("client", &err);
-  sbx_claim_opts co = {.template_ = "host", .ttl_seconds = 900};
+  sbx_claim_opts co = SBX_CLAIM_OPTS_INIT(.template_ = "host", .ttl_seconds = 900);
   bool direct = strncmp(addr, "unix:", 5) == 0;
   if (direct ? sbx_client_attach(c, "sb_bench", "bench", NULL, &s, &err) < 0
              : sbx_client_claim(c, &co, &s, &err) < 0)
@@ -436,7 +436,7 @@ int main(int argc, char **argv) {
 
   /* warm up: the first dial learns the protocol version */
   const char *argv_true[] = {"true", NULL};
-  sbx_exec_opts eo = {.argv = argv_true};
+  sbx_exec_opts eo = SBX_EXEC_OPTS_INIT(.argv = argv_true);
   sbx_wire_file_info fi;
   int code;
   for (int i = 0; i < 20; i++)

@@ -20,6 +20,7 @@
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
 
+#include "core/env.h"
 #include "driver/qemu/qemu.h"
 
 static int cmp_u64(const void *a, const void *b) {
@@ -65,10 +66,11 @@ static sbx_driver *open_driver(const char *restore, const char *base) {
     char *slash = strrchr(silkd, '/');
     snprintf(slash ? slash + 1 : silkd, 8, "silkd");
   }
-  /* SBX_QEMU_RESTORE in the environment would override the mode */
+  /* SBX_QEMU_RESTORE in the environment would override the mode (below) */
   unsetenv("SBX_QEMU_RESTORE");
-  sbx_driver_config cfg = {.templates_dir = tpl, .goldens_dir = gold, .run_dir = run, .silkd_path = silkd,
-                           .qemu_restore_mode = restore};
+  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl, .goldens_dir = gold, .run_dir = run,
+                                                 .silkd_path = silkd, .qemu_restore_mode = restore);
+  sbxi_env_apply(&cfg);
   sbx_driver *d = NULL;
   sbx_error err = {0};
   if (sbx_driver_open("qemu", &cfg, &d, &err) < 0) die("open", &err);
@@ -107,7 +109,7 @@ int main(int argc, char **argv) {
   qemu_driver *qd = (qemu_driver *)dm;
   sbx_error err = {0};
   sbx_template *t = NULL;
-  sbx_template_spec ts = {.name = "host"};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = "host");
   if (sbx_template_prepare(dm, &ts, &t, &err) < 0) die("template", &err);
 
   /* cold: a fresh QEMU until silkd answers (what a golden build starts with) */

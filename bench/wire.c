@@ -20,6 +20,7 @@
 
 #include "bench_util.h"
 #include "core/base64_impl.h"
+#include "core/env.h"
 
 #define PAYLOAD (256u << 10)
 #define CHUNK (64u << 10)
@@ -233,6 +234,7 @@ int main(int argc, char **argv) {
     }
   }
 
+  sbxi_env_apply(NULL);
   bench_ctx c = {0};
   setup(&c);
   check_small_frames();

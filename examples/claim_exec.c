@@ -13,7 +13,7 @@
 
 int main(int argc, char **argv) {
   const char *addr = argc > 1 ? argv[1] : getenv("SANDBOXD_ADDR");
-  sbx_client_opts opts = {.addr = addr, .token = getenv("SANDBOXD_TOKEN")};
+  sbx_client_opts opts = SBX_CLIENT_OPTS_INIT(.addr = addr, .token = getenv("SANDBOXD_TOKEN"));
   sbx_client *client;
   sbx_sandbox *sbx;
   sbx_error err;
@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "client: %s\n", err.msg);
     return 1;
   }
-  sbx_claim_opts claim = {.template_ = "host", .ttl_seconds = 120};
+  sbx_claim_opts claim = SBX_CLAIM_OPTS_INIT(.template_ = "host", .ttl_seconds = 120);
   if (sbx_client_claim(client, &claim, &sbx, &err) < 0) {
     fprintf(stderr, "claim: %s\n", err.msg);
     sbx_client_free(client);
@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
   printf("claimed %s on %s\n", sbx_sandbox_id(sbx), sbx_sandbox_owner(sbx));
 
   const char *argv_py[] = {"python3", "-c", "print(6*7)", NULL};
-  sbx_exec_opts run = {.argv = argv_py};
+  sbx_exec_opts run = SBX_EXEC_OPTS_INIT(.argv = argv_py);
   sbx_buf out = SBX_BUF_INIT(1 << 20);
   int code = -1, status = 1;
   if (sbx_sandbox_run(sbx, &run, &out, NULL, &code, &err) < 0) {

@@ -1,6 +1,7 @@
 /* examples/version.c - the smallest program using an installed libsandbox.
  *
- * Prints the library version, then encodes one wire frame with the public
+ * Prints the version of the headers it was compiled against and of the
+ * library it runs with (they differ after a library upgrade), then encodes one wire frame with the public
  * codec API and decodes it back. Exits 0 only if the round trip matches.
  *
  * Build against an installed copy with pkg-config only:
@@ -13,6 +14,15 @@
 
 int main(void) {
   printf("libsandbox %s (wire proto %d)\n", sbx_version(), SBX_WIRE_PROTO);
+  printf("headers %s (0x%06x), library %s (0x%06x)\n", SBX_VERSION_STRING, (unsigned)SBX_VERSION_NUM,
+         sbx_version(), sbx_version_num());
+#if SBX_VERSION_CHECK(0, 1, 0)
+  /* Features of 0.1.0 and later may be used here. */
+#endif
+  if (sbx_version_num() < SBX_VERSION_NUM) {
+    fprintf(stderr, "libsandbox %s is older than the headers (%s)\n", sbx_version(), SBX_VERSION_STRING);
+    return 1;
+  }
 
   sbx_error err = {0};
   sbx_buf frame = SBX_BUF_INIT(1 << 20);

@@ -38,7 +38,10 @@ void h_info(struct sbxd *d, struct http_req *req) {
 
 int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err) {
   sbx_pool_conf *pc = sbx_calloc(n ? n : 1, sizeof *pc);
-  for (size_t i = 0; i < n; i++) pc[i] = p[i].pc;
+  for (size_t i = 0; i < n; i++) {
+    pc[i] = p[i].pc;
+    pc[i].struct_size = sizeof pc[i];
+  }
   /* Before the pool manager starts building: a pool's golden runs its warmup. */
   for (size_t i = 0; i < n; i++) provider_set_warmup(d->prov, &p[i].pc.key, p[i].warmup);
   int rc = sbx_pool_mgr_set_pools(d->pm, pc, n, err);

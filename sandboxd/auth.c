@@ -2,6 +2,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../libsandbox/pool/secret.h"
 #include "sandboxd.h"
 
 /* The bearer token, or NULL when missing (absent, other scheme, empty). */
@@ -37,11 +38,11 @@ int auth_node(struct sbxd *d, struct http_req *req, bool root_only, struct calle
     reply_error(req, 401, "missing bearer token");
     return -1;
   }
-  bool is_root = sbx_secret_eq(tok, c->api_token);
+  bool is_root = sbxi_secret_eq(tok, c->api_token);
   /* Every tenant is compared, so timing does not tell which one matched. */
   const struct tenant *match = NULL;
   for (size_t i = 0; i < c->ntenants; i++)
-    if (sbx_secret_eq(tok, c->tenants[i].token)) match = &c->tenants[i];
+    if (sbxi_secret_eq(tok, c->tenants[i].token)) match = &c->tenants[i];
   if (is_root) {
     out->root = out->presented = true;
     return 0;
@@ -66,13 +67,13 @@ sbx_lease *auth_sbx(struct sbxd *d, struct http_req *req, const char *id, bool a
     return NULL;
   }
   sbx_lease *l = valid_sandbox_id(id) ? sbx_lease_find(d->leases, id) : NULL;
-  if (allow_root && d->cfg->api_token && sbx_secret_eq(tok, d->cfg->api_token)) {
+  if (allow_root && d->cfg->api_token && sbxi_secret_eq(tok, d->cfg->api_token)) {
     if (!l) reply_error(req, 404, notfound);
     return l;
   }
   /* Compare even when the id is unknown, against a dummy of the same
    * length, so the answer takes as long either way. */
-  bool ok = sbx_secret_eq(tok, l ? l->token : "00000000000000000000000000000000") && l;
+  bool ok = sbxi_secret_eq(tok, l ? l->token : "00000000000000000000000000000000") && l;
   if (!ok) {
     reply_error(req, 404, notfound);
     return NULL;

@@ -15,6 +15,7 @@
 
 #include <sandbox/sandbox.h>
 
+#include "../libsandbox/core/env.h"
 #include "sandboxd.h"
 
 static void usage(FILE *f) {
@@ -172,6 +173,7 @@ int main(int argc, char **argv) {
   int level = lvl ? sbx_log_level_parse(lvl) : SBX_LOG_INFO;
   sbx_log_setup("sandboxd", level < 0 ? SBX_LOG_INFO : (sbx_log_level)level, SBX_LOG_PLAIN);
   if (lvl && level < 0) sbx_warn("SANDBOXD_LOG_LEVEL=%s is not error|warn|info|debug; using info", lvl);
+  sbxi_env_apply(NULL); /* SBX_B64_SCALAR; provider.c applies the driver's */
 
   struct sbxd dd = {.data_fd = -1, .usage_fd = -1, .log_fd = -1}, *d = &dd;
   d->config_path = config_path;

@@ -13,6 +13,8 @@
 
 #include <sandbox/core.h>
 
+#include "../libsandbox/core/env.h"
+#include "../libsandbox/pool/secret.h"
 #include "provider.h"
 #include "sandboxd.h"
 
@@ -99,7 +101,7 @@ void provider_set_warmup(struct provider *p, const sbx_pool_key *key, char *cons
 static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *err) {
   char hash[33], rnd[13];
   key_hash(key, hash);
-  int rc = sbx_random_hex(rnd, 6, err);
+  int rc = sbxi_random_hex(rnd, 6, err);
   if (rc < 0) return rc;
   snprintf(out, len, "sbx-%s-%s", hash, rnd);
   return 0;
@@ -142,7 +144,8 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
     if (slash) *slash = '\0';
     snprintf(p->silkd, sizeof p->silkd, "%s/silkd", exe);
   }
-  sbx_driver_config dc = {.templates_dir = cfg->templates_dir,
+  sbx_driver_config dc = {.struct_size = sizeof dc,
+                          .templates_dir = cfg->templates_dir,
                           .goldens_dir = p->goldens_dir,
                           .run_dir = p->run_dir,
                           .silkd_path = p->silkd,
@@ -155,6 +158,7 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
                           .qemu_accel = cfg->qemu.accel,
                           .qemu_restore_mode = cfg->qemu.restore_mode,
                           .qemu_agent = cfg->qemu.agent};
+  sbxi_env_apply(&dc); /* the documented SBX_* variables override the config file */
   rc = sbx_driver_open(cfg->driver, &dc, &p->drv, err);
   if (rc < 0) goto fail;
   *out = p;
@@ -234,7 +238,7 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
   }
   sbx_template *t = NULL;
   sbx_golden *g = NULL;
-  sbx_template_spec ts = {.name = key->tmpl};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = key->tmpl);
   int rc = sbx_template_prepare(p->drv, &ts, &t, err);
   if (rc < 0) {
     pthread_mutex_unlock(&p->build_mu);
@@ -247,8 +251,8 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
   for (size_t i = 0; i < p->nwarmups; i++)
     if (strcmp(p->warmups[i].hash, hash) == 0) warmup = dup_argv(p->warmups[i].argv);
   pthread_mutex_unlock(&p->mu);
-  sbx_golden_spec gs = {
-      .key = hash, .size = sbx_size_tier_get(key->size), .warmup = (const char *const *)warmup};
+  sbx_golden_spec gs = SBX_GOLDEN_SPEC_INIT(
+      .key = hash, .size = sbx_size_tier_get(key->size), .warmup = (const char *const *)warmup);
   rc = sbx_golden_build(p->drv, t, &gs, &g, err);
   free_argv(warmup);
   if (rc < 0) {
@@ -374,8 +378,8 @@ void inst_forget(struct inst *s) {
 static void op_forget(void *ud, void *inst) { inst_forget(inst); }
 
 sbx_pool_provider provider_pool_ops(struct provider *p) {
-  return (sbx_pool_provider){
-      .prepare = op_prepare, .provision = op_provision, .destroy = op_destroy, .forget = op_forget, .ud = p};
+  return (sbx_pool_provider)SBX_POOL_PROVIDER_INIT(.prepare = op_prepare, .provision = op_provision,
+                                                   .destroy = op_destroy, .forget = op_forget, .ud = p);
 }
 
 int inst_connect(struct inst *s, int *fd, sbx_error *err) {

@@ -97,7 +97,7 @@ int cmd_exec(rctx *r, int argc, char **argv) {
                                        {"user", required_argument, 0, 'u'},    {"session", required_argument, 0, 's'},
                                        {"no-stdin", no_argument, 0, 'n'},      COMMON_LONGOPTS,
                                        {0, 0, 0, 0}};
-  sbx_exec_opts eo = {0};
+  sbx_exec_opts eo = SBX_EXEC_OPTS_INIT();
   strlist env = {0};
   bool no_stdin = false;
   int c, rc;

@@ -12,6 +12,7 @@
 #include <sandbox/agent.h>
 #include <sandbox/driver.h>
 
+#include "../libsandbox/core/env.h"
 #include "local.h"
 
 #define EXIT_USAGE 2
@@ -114,14 +115,14 @@ static int local_run(int argc, char **argv) {
   char tdir[PATH_MAX], gdir[PATH_MAX], silkd[PATH_MAX];
   snprintf(tdir, sizeof tdir, "%s/templates", state);
   snprintf(gdir, sizeof gdir, "%s/goldens", state);
-  sbx_driver_config cfg = {
+  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(
       .templates_dir = tdir,
       .goldens_dir = gdir,
       .run_dir = getenv("SBX_RUN_DIR") ? getenv("SBX_RUN_DIR") : "/run/sandbox-local",
       /* apart from sandboxd's: its reconcile removes every jail it does not own */
       .cgroup_name = "sandbox-local",
-      .silkd_path = default_silkd(silkd, sizeof silkd),
-  };
+      .silkd_path = default_silkd(silkd, sizeof silkd));
+  sbxi_env_apply(&cfg);
   sbx_error err = {0};
   sbx_driver *drv = NULL;
   sbx_template *tpl = NULL;
@@ -130,7 +131,7 @@ static int local_run(int argc, char **argv) {
   sbx_agent *agent = NULL;
   int code = EXIT_SETUP;
   if (sbx_driver_open(driver, &cfg, &drv, &err) < 0) return fail("driver", &err);
-  sbx_template_spec ts = {.name = tname};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = tname);
   if (sbx_template_prepare(drv, &ts, &tpl, &err) < 0) {
     code = fail("template", &err);
     goto out;

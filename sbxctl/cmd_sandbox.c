@@ -22,7 +22,7 @@ int cmd_claim(rctx *r, int argc, char **argv) {
   static const struct option opts[] = {{"size", required_argument, 0, 's'}, {"net", required_argument, 0, 'n'},
                                        {"ttl", required_argument, 0, 't'},  {"ref", required_argument, 0, 'r'},
                                        COMMON_LONGOPTS,                     {0, 0, 0, 0}};
-  sbx_claim_opts co = {.template_ = "host"};
+  sbx_claim_opts co = SBX_CLAIM_OPTS_INIT(.template_ = "host");
   int c, rc;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -224,7 +224,7 @@ int cmd_pools(rctx *r, int argc, char **argv) {
     sbx_pool_spec *specs = sbx_calloc(k ? k : 1, sizeof *specs);
     for (size_t i = 0; i < k; i++) {
       json_t *o = json_array_get(arr, i);
-      specs[i] = (sbx_pool_spec)SBX_POOL_SPEC_INIT;
+      specs[i] = (sbx_pool_spec)SBX_POOL_SPEC_INIT();
       specs[i].template_ = json_string_value(json_object_get(o, "template"));
       specs[i].net = json_string_value(json_object_get(o, "net"));
       specs[i].size = json_string_value(json_object_get(o, "size"));

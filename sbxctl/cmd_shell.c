@@ -100,7 +100,7 @@ static int shell_loop(sbx_pty *p, int *code, sbx_error *err) {
 int cmd_shell(rctx *r, int argc, char **argv) {
   static const struct option opts[] = {{"cwd", required_argument, 0, 'c'}, {"env", required_argument, 0, 'e'},
                                        {"user", required_argument, 0, 'u'}, COMMON_LONGOPTS, {0, 0, 0, 0}};
-  sbx_pty_opts po = {0};
+  sbx_pty_opts po = SBX_PTY_OPTS_INIT();
   const char *env[65] = {0};
   size_t nenv = 0;
   int c, rc;

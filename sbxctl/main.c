@@ -5,6 +5,7 @@
 
 #include <sandbox/sandbox.h>
 
+#include "../libsandbox/core/env.h"
 #include "local.h"
 #include "mcp.h"
 #include "remote.h"
@@ -17,6 +18,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  sbxi_env_apply(NULL); /* SBX_B64_SCALAR; cmd_local.c applies the driver's */
   if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
     printf("sbxctl %s\n", sbx_version());
     return 0;

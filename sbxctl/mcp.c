@@ -516,8 +516,9 @@ int sbxctl_mcp_main(int argc, char **argv) {
     close(sigfd);
     return rfail("stdout: %s", strerror(errno));
   }
-  sbx_client_opts co = {.addr = r->addr, .token = r->token, .tls_ca_file = getenv("SANDBOXD_CA_FILE"),
-                        .agent_timeout_ms = MCP_CALL_CAP_MS};
+  sbx_client_opts co =
+      SBX_CLIENT_OPTS_INIT(.addr = r->addr, .token = r->token, .tls_ca_file = getenv("SANDBOXD_CA_FILE"),
+                           .agent_timeout_ms = MCP_CALL_CAP_MS);
   sbx_error err;
   if (sbx_client_new(&co, &srv.client, &err) < 0) {
     close(sigfd);

@@ -40,12 +40,11 @@ static const char *node_template(mcp_call *c, char *buf, size_t n) {
 
 int mcp_create_sandbox(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
   char tbuf[256];
-  sbx_claim_opts o = {
+  sbx_claim_opts o = SBX_CLAIM_OPTS_INIT(
       .template_ = arg_str(a, "template"),
       .net = arg_str(a, "net"),
       .size = arg_str(a, "size"),
-      .ttl_seconds = json_integer_value(json_object_get(a, "ttl_seconds")),
-  };
+      .ttl_seconds = json_integer_value(json_object_get(a, "ttl_seconds")));
   if (!o.template_) o.template_ = c->default_template ? c->default_template : node_template(c, tbuf, sizeof tbuf);
   if (o.ttl_seconds <= 0) o.ttl_seconds = MCP_DEFAULT_TTL;
   sbx_sandbox *s;
@@ -127,7 +126,7 @@ static void capture_free(capture *cp) {
 int mcp_exec(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
   int rc;
   const char *argv[] = {"sh", "-c", arg_str(a, "command"), NULL};
-  sbx_exec_opts eo = {.argv = argv, .cwd = arg_str(a, "cwd")};
+  sbx_exec_opts eo = SBX_EXEC_OPTS_INIT(.argv = argv, .cwd = arg_str(a, "cwd"));
   capture cp;
   capture_init(&cp, c, s);
   sbx_agent_exec_io io = {.on_output = cap_output, .on_started = cap_started, .ud = &cp, .stdin_fd = -1};
@@ -164,7 +163,7 @@ int mcp_logs(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *er
 int mcp_spawn(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
   int rc;
   const char *argv[] = {"sh", "-c", arg_str(a, "command"), NULL};
-  sbx_exec_opts eo = {.argv = argv, .cwd = arg_str(a, "cwd")};
+  sbx_exec_opts eo = SBX_EXEC_OPTS_INIT(.argv = argv, .cwd = arg_str(a, "cwd"));
   uint32_t pid = 0;
   rc = sbx_sandbox_spawn(s, &eo, &pid, err);
   if (rc < 0) mcp_explain("spawn in", sbx_sandbox_id(s), err);

@@ -96,7 +96,8 @@ int common_opt(rctx *r, int c, const char *cmd) {
 
 int rclient(rctx *r, sbx_client **out) {
   if (!r->client) {
-    sbx_client_opts o = {.addr = r->addr, .token = r->token, .tls_ca_file = getenv("SANDBOXD_CA_FILE")};
+    sbx_client_opts o =
+        SBX_CLIENT_OPTS_INIT(.addr = r->addr, .token = r->token, .tls_ca_file = getenv("SANDBOXD_CA_FILE"));
     sbx_error err;
     if (sbx_client_new(&o, &r->client, &err) < 0) return rfail_err("client", &err);
   }

@@ -19,6 +19,7 @@
 
 #include <sandbox/sandbox.h>
 
+#include "../libsandbox/core/env.h"
 #include "silkd.h"
 #include "zygote.h"
 
@@ -253,6 +254,7 @@ int silkd_run(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  sbxi_env_apply(NULL); /* SBX_B64_SCALAR */
   /* Before anything else, so the zygote's children inherit no state of
    * ours beyond what the C library and the constructors made. */
   if (argc >= 2 && !strcmp(argv[1], "--zygote")) return silkd_zygote_main(argc, argv);

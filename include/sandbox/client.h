@@ -84,10 +84,21 @@ typedef enum {
 sbx_client_err_kind sbx_client_error_kind(const sbx_error *err);
 int sbx_client_error_exit_code(const sbx_error *err);
 
+/* ---- option structs ----
+ * Every struct the caller fills for a call starts with struct_size, which
+ * its SBX_*_INIT(...) macro sets to the size the caller is compiled with:
+ *   sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = argv, .cwd = "/tmp");
+ * The library reads only that many bytes, so a program built against these
+ * headers keeps working with a later libsandbox.so.0 whose structs have
+ * grown; a struct left without its size is refused (SBX_E_INVAL). Fields
+ * are only ever appended, and a new field's zero value is its default.
+ * See docs/client.md, "Option structs and the ABI". */
+
 /* ---- node client ---- */
 typedef struct sbx_client sbx_client;
 
 typedef struct sbx_client_opts {
+  size_t struct_size;     /* SBX_CLIENT_OPTS_INIT */
   const char *addr;       /* entry node; NULL = "127.0.0.1:7777" */
   const char *token;      /* node token (root or tenant); NULL = none (open mode) */
   int connect_timeout_ms; /* TCP (and TLS) connect; 0 = 10 s */
@@ -97,6 +108,7 @@ typedef struct sbx_client_opts {
   const char *tls_ca_file; /* https: CA bundle to trust; NULL = the system's */
   bool tls_insecure;       /* https: skip certificate verification (tests only) */
 } sbx_client_opts;
+#define SBX_CLIENT_OPTS_INIT(...) {.struct_size = sizeof(sbx_client_opts), __VA_ARGS__}
 
 int sbx_client_new(const sbx_client_opts *opts, sbx_client **out, sbx_error *err);
 void sbx_client_free(sbx_client *c);
@@ -109,6 +121,7 @@ typedef struct sbx_client_pool_key {
 } sbx_client_pool_key;
 
 typedef struct sbx_claim_opts {
+  size_t struct_size;    /* SBX_CLAIM_OPTS_INIT */
   const char *template_; /* required */
   const char *size;      /* NULL = server default (small) */
   const char *net;       /* NULL = none */
@@ -116,25 +129,8 @@ typedef struct sbx_claim_opts {
   const char *claim_ref; /* NULL = none */
   bool no_redirect;
 } sbx_claim_opts;
+#define SBX_CLAIM_OPTS_INIT(...) {.struct_size = sizeof(sbx_claim_opts), __VA_ARGS__}
 
-/* JSON decoding of a claim answer: a ClaimResult, or a Redirect (then
- * *redirect is set and out->id is empty). Exposed for tests. */
-typedef struct sbx_claim_result {
-  char id[64];
-  char token[128];
-  char deadline[64];
-  char owner_addr[300];
-  char template_digest[80];
-  char from_checkpoint[64];
-} sbx_claim_result;
-typedef struct sbx_redirect {
-  char **addrs; /* sbx_free each, then the array */
-  size_t len;
-  bool require_promoted;
-} sbx_redirect;
-int sbx_client_parse_claim(const char *json, size_t len, sbx_claim_result *out, sbx_redirect *redirect,
-                           sbx_error *err);
-void sbx_redirect_free(sbx_redirect *r);
 
 typedef struct sbx_sandbox sbx_sandbox;
 
@@ -187,12 +183,16 @@ int sbx_client_info(sbx_client *c, sbx_node_info *out, sbx_error *err);
 
 /* PUT /v1/pools (root). Integers < 0 are left out of the request. */
 typedef struct sbx_pool_spec {
+  size_t struct_size; /* SBX_POOL_SPEC_INIT; the array's stride */
   const char *template_;
   const char *net;  /* NULL = left out */
   const char *size; /* NULL = left out */
   int64_t warm, warm_max, idle_hibernate_seconds, archive_after_seconds, archive_delete_after_seconds;
 } sbx_pool_spec;
-#define SBX_POOL_SPEC_INIT {NULL, NULL, NULL, -1, -1, -1, -1, -1}
+/* The integers start at -1 (left out): set them after, not in the macro. */
+#define SBX_POOL_SPEC_INIT(...)                                                                            \
+  {.struct_size = sizeof(sbx_pool_spec), .warm = -1, .warm_max = -1, .idle_hibernate_seconds = -1,         \
+   .archive_after_seconds = -1, .archive_delete_after_seconds = -1, __VA_ARGS__}
 int sbx_client_set_pools(sbx_client *c, const sbx_pool_spec *pools, size_t n, sbx_node_info *out, sbx_error *err);
 /* POST /v1/drain (on = true) or DELETE /v1/drain. out may be NULL. */
 int sbx_client_drain(sbx_client *c, bool on, sbx_node_info *out, sbx_error *err);
@@ -223,12 +223,14 @@ uint64_t sbx_sandbox_dials(const sbx_sandbox *s);
 
 /* ---- sandbox handle: processes ---- */
 typedef struct sbx_exec_opts {
+  size_t struct_size;      /* SBX_EXEC_OPTS_INIT */
   const char *const *argv; /* NULL-terminated, non-empty */
   const char *cwd;         /* NULL = silkd's default */
   const char *const *env;  /* NULL-terminated "KEY=VALUE" list, or NULL */
   const char *user;        /* NULL = root */
   const char *session;     /* run inside this session (§5.4) */
 } sbx_exec_opts;
+#define SBX_EXEC_OPTS_INIT(...) {.struct_size = sizeof(sbx_exec_opts), __VA_ARGS__}
 
 /* Foreground exec with streaming output and stdin (io as for
  * sbx_agent_exec; io may be NULL). *exit_code as silkd reports it. */
@@ -300,20 +302,17 @@ void sbx_transfer_close(sbx_transfer *t);
  * absolute names and `..`. */
 int sbx_sandbox_push_path(sbx_sandbox *s, const char *local_path, const char *dest_dir, sbx_error *err);
 int sbx_sandbox_pull_path(sbx_sandbox *s, const char *remote_path, const char *local_dir, sbx_error *err);
-/* The tar halves alone (tests, other transports). */
-int sbx_tar_pack(const char *local_path, int (*write_cb)(void *ud, const void *p, size_t n), void *ud,
-                 sbx_error *err);
-int sbx_tar_unpack(int (*read_cb)(void *ud, const void **p, size_t *n), void *ud, const char *local_dir,
-                   sbx_error *err);
 
 /* ---- sandbox handle: terminals and ports ---- */
 typedef struct sbx_pty sbx_pty;
 typedef struct sbx_pty_opts {
-  uint16_t cols, rows;
+  size_t struct_size; /* SBX_PTY_OPTS_INIT */
+  uint16_t cols, rows; /* 0 = 80 x 24 */
   const char *cwd;
   const char *const *env;
   const char *user;
 } sbx_pty_opts;
+#define SBX_PTY_OPTS_INIT(...) {.struct_size = sizeof(sbx_pty_opts), __VA_ARGS__}
 /* pty_open on a connection of its own (never parked). */
 int sbx_sandbox_open_pty(sbx_sandbox *s, const sbx_pty_opts *opts, sbx_pty **out, sbx_error *err);
 uint32_t sbx_pty_pid(const sbx_pty *p);

@@ -1,4 +1,4 @@
-/* sandbox/core.h - allocation, bounded buffers, logging, base64. */
+/* sandbox/core.h - allocation, bounded buffers, logging, base64, time. */
 #ifndef SANDBOX_CORE_H
 #define SANDBOX_CORE_H
 
@@ -92,13 +92,6 @@ size_t sbx_b64_encode(char *dst, const void *src, size_t n);
  * dst must hold sbx_b64_decoded_max(n) bytes. Returns 0 and sets *out_len,
  * or SBX_E_PARSE with a message naming the offending offset. */
 int sbx_b64_decode(void *dst, const char *src, size_t n, size_t *out_len, sbx_error *err);
-
-/* ---- cleanup helpers (GNU C) ---- */
-static inline void sbx_freep(void *p) { sbx_free(*(void **)p); }
-void sbx_closep(int *fd);
-#define sbx_cleanup_free __attribute__((cleanup(sbx_freep)))
-#define sbx_cleanup_close __attribute__((cleanup(sbx_closep)))
-#define sbx_cleanup_buf __attribute__((cleanup(sbx_buf_free)))
 
 /* Monotonic time in nanoseconds. */
 uint64_t sbx_now_ns(void);

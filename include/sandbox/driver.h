@@ -52,8 +52,13 @@ const sbx_size_tier *sbx_size_tier_get(const char *name);
 
 typedef enum sbx_net { SBX_NET_NONE = 0, SBX_NET_EGRESS = 1 } sbx_net;
 
-/* ---- configuration given once when a driver is opened ---- */
+/* ---- configuration given once when a driver is opened ----
+ * This and the specs below are growable option structs: struct_size first,
+ * set by the SBX_*_INIT(...) macro (see sandbox/client.h, "option
+ * structs"). The library reads no environment variable: every knob is a
+ * field here. */
 typedef struct sbx_driver_config {
+  size_t struct_size;        /* SBX_DRIVER_CONFIG_INIT */
   const char *templates_dir; /* registered templates; default /var/lib/sandbox/templates */
   const char *goldens_dir;   /* frozen golden layers; default /var/lib/sandbox/goldens */
   const char *run_dir;       /* per-sandbox scratch and agent sockets; default /run/sandbox */
@@ -61,10 +66,10 @@ typedef struct sbx_driver_config {
   /* Parent cgroup under each controller; default "sandbox". Sandbox ids
    * name the cgroups below it, so drivers sharing it must not share ids. */
   const char *cgroup_name;
-  /* qemu driver (sandboxd's "qemu" object, spec §7.4). NULL = the default;
-   * the SBX_GUEST_DIR, SBX_GUEST_BUILDER, SBX_QEMU, SBX_QEMU_ACCEL,
-   * SBX_QEMU_RESTORE and SBX_QEMU_AGENT environment variables, when set,
-   * override these (tests and benches pin them so). */
+  /* qemu driver (sandboxd's "qemu" object, spec §7.4). NULL = the default.
+   * The programs (sandboxd, sbxctl, benches) let the SBX_GUEST_DIR,
+   * SBX_GUEST_BUILDER, SBX_QEMU, SBX_QEMU_ACCEL, SBX_QEMU_RESTORE and
+   * SBX_QEMU_AGENT environment variables override these. */
   const char *qemu_binary;        /* default /usr/bin/qemu-system-x86_64; a bare name is looked up in PATH */
   const char *qemu_guest_dir;     /* vmlinuz + initramfs.cpio.gz; default /var/cache/sandbox/guest */
   const char *qemu_kernel;        /* default <qemu_guest_dir>/vmlinuz */
@@ -73,7 +78,11 @@ typedef struct sbx_driver_config {
   const char *qemu_accel;         /* "auto" (default: kvm where usable), "kvm", "tcg" */
   const char *qemu_restore_mode;  /* "mmap" (default) or "copy" */
   const char *qemu_agent;         /* "auto" (default: vsock where usable), "vsock", "tcp" */
+  /* jail driver (the programs read SBX_JAIL_NETPOOL and SBX_JAIL_ZYGOTE). */
+  int jail_netpool;    /* network namespaces kept ready for clones; 0 = 2, < 0 = none */
+  bool jail_no_zygote; /* exec silkd for every clone instead of forking the zygote */
 } sbx_driver_config;
+#define SBX_DRIVER_CONFIG_INIT(...) {.struct_size = sizeof(sbx_driver_config), __VA_ARGS__}
 
 typedef struct sbx_driver sbx_driver;
 typedef struct sbx_template sbx_template;
@@ -81,33 +90,40 @@ typedef struct sbx_golden sbx_golden;
 typedef struct sbx_instance sbx_instance;
 
 typedef struct sbx_template_spec {
+  size_t struct_size;  /* SBX_TEMPLATE_SPEC_INIT */
   const char *name;    /* "host" (built in) or a name under templates_dir */
   const char *path;    /* a directory root to register under name; NULL = look it up */
   const char *archive; /* a root filesystem archive (tar, tar.gz, tar.zst...) to import as name */
 } sbx_template_spec;
+#define SBX_TEMPLATE_SPEC_INIT(...) {.struct_size = sizeof(sbx_template_spec), __VA_ARGS__}
 
 typedef struct sbx_golden_spec {
+  size_t struct_size;        /* SBX_GOLDEN_SPEC_INIT */
   const char *key;           /* directory name under goldens_dir; NULL = no golden layer kept */
   const char *const *warmup; /* NULL-terminated argv run once as the builder's init; NULL = none */
   const sbx_size_tier *size; /* builder's tier; NULL = small */
   int timeout_ms;            /* warmup limit; 0 = 120 s (spec §5.2) */
 } sbx_golden_spec;
+#define SBX_GOLDEN_SPEC_INIT(...) {.struct_size = sizeof(sbx_golden_spec), __VA_ARGS__}
 
 typedef struct sbx_clone_spec {
+  size_t struct_size;        /* SBX_CLONE_SPEC_INIT */
   const char *id;            /* [a-zA-Z0-9._-]{1,63}, unique on this node */
   const char *hostname;      /* NULL = id */
   const sbx_size_tier *size; /* NULL = small */
   sbx_net net;               /* only SBX_NET_NONE on the jail for now */
-  /* Debug and test hook: run this argv as pid 1 instead of silkd. clone
-   * then returns once it is exec'd, without the readiness probe. */
-  const char *const *init_argv;
-  const char *const *init_env; /* for init_argv; NULL = a minimal PATH */
-  int stdio[3];                /* fds for pid 1's stdin/out/err; -1 = /dev/null */
-  int ready_timeout_ms;        /* 0 = 10 s */
+  int stdio[3];              /* fds for pid 1's stdin/out/err; -1 = /dev/null */
+  int ready_timeout_ms;      /* 0 = 10 s */
 } sbx_clone_spec;
+/* stdio starts at -1: set it after, not in the macro. */
+#define SBX_CLONE_SPEC_INIT(...) {.struct_size = sizeof(sbx_clone_spec), .stdio = {-1, -1, -1}, __VA_ARGS__}
 
-/* Fill spec with defaults: all stdio -1, everything else zero. */
-void sbx_clone_spec_init(sbx_clone_spec *spec);
+/* Fill spec with defaults: all stdio -1, everything else zero. Inline, so
+ * the size is the caller's. */
+static inline void sbx_clone_spec_init(sbx_clone_spec *spec) {
+  sbx_clone_spec d = SBX_CLONE_SPEC_INIT();
+  *spec = d;
+}
 
 typedef struct sbx_stats {
   uint64_t cpu_ns;    /* CPU time used by all processes, cumulative */
@@ -128,42 +144,9 @@ typedef struct sbx_found {
 } sbx_found;
 typedef bool (*sbx_reconcile_fn)(void *ud, const sbx_found *found, sbx_instance *adopted);
 
-typedef struct sbx_driver_ops {
-  const char *name;
-  int (*open)(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *err);
-  void (*close)(sbx_driver *d);
-
-  int (*template_prepare)(sbx_driver *d, const sbx_template_spec *spec, sbx_template **out, sbx_error *err);
-  void (*template_release)(sbx_template *t);
-  int (*golden_build)(sbx_driver *d, const sbx_template *t, const sbx_golden_spec *spec, sbx_golden **out,
-                      sbx_error *err);
-  void (*golden_release)(sbx_golden *g);
-
-  int (*clone)(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *spec, sbx_instance **out,
-               sbx_error *err);
-  int (*connect)(sbx_instance *s, int *fd_out, sbx_error *err);
-  int (*pause)(sbx_instance *s, sbx_error *err);
-  int (*resume)(sbx_instance *s, sbx_error *err);
-  int (*snapshot)(sbx_instance *s, const char *dir, sbx_error *err);
-  int (*restore)(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out, sbx_error *err);
-  int (*stats)(sbx_instance *s, sbx_stats *out, sbx_error *err);
-  /* Wait for pid 1 to exit (timeout_ms < 0: forever); *code as a shell
-   * reports it (128 + signal). SBX_E_TIMEOUT if still running. */
-  int (*wait)(sbx_instance *s, int timeout_ms, int *code, sbx_error *err);
-  /* Always releases s, even when part of the teardown failed (the error
-   * then says what was left behind). */
-  int (*destroy)(sbx_instance *s, sbx_error *err);
-  /* For each sandbox found under run_dir, call fn; adopted ones are handed
-   * over through the callback and kept running, the rest are destroyed.
-   * Returns how many were adopted. Run it before any clone of this driver
-   * (a clone in flight has no state file yet and would look dead). */
-  int (*reconcile)(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err);
-} sbx_driver_ops;
-
-/* Every driver handle starts with this, so the wrappers below dispatch. */
-struct sbx_driver {
-  const sbx_driver_ops *ops;
-};
+/* A driver's table of operations (opaque: the sbx_* calls below dispatch
+ * through it). */
+typedef struct sbx_driver_ops sbx_driver_ops;
 
 /* ---- registry ----
  * "jail", "qemu", or "auto" (qemu where /dev/kvm is usable, else jail).
@@ -191,8 +174,16 @@ int sbx_sandbox_pause(sbx_instance *s, sbx_error *err);
 int sbx_sandbox_resume(sbx_instance *s, sbx_error *err);
 int sbx_sandbox_snapshot(sbx_instance *s, const char *dir, sbx_error *err);
 int sbx_sandbox_stats(sbx_instance *s, sbx_stats *out, sbx_error *err);
+/* Wait for pid 1 to exit (timeout_ms < 0: forever); *code as a shell
+ * reports it (128 + signal). SBX_E_TIMEOUT if still running. */
 int sbx_sandbox_wait(sbx_instance *s, int timeout_ms, int *code, sbx_error *err);
+/* Always releases s, even when part of the teardown failed (the error
+ * then says what was left behind). */
 int sbx_sandbox_destroy(sbx_instance *s, sbx_error *err);
+/* For each sandbox found under run_dir, call fn; adopted ones are handed
+ * over through the callback and kept running, the rest are destroyed.
+ * Returns how many were adopted. Run it before any clone of this driver
+ * (a clone in flight has no state file yet and would look dead). */
 int sbx_driver_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err);
 
 /* ---- the agent channel (driver-independent) ----

@@ -35,16 +35,23 @@ typedef struct sbx_pool_key {
 
 bool sbx_pool_key_eq(const sbx_pool_key *a, const sbx_pool_key *b);
 
+/* sbx_pool_conf and sbx_pool_provider are growable option structs:
+ * struct_size first, set by their SBX_*_INIT(...) macro (see
+ * sandbox/client.h, "option structs"). In an array, the first element's
+ * struct_size is the stride. */
 typedef struct sbx_pool_conf {
+  size_t struct_size; /* SBX_POOL_CONF_INIT */
   sbx_pool_key key;
   int warm;     /* floor of the target */
   int warm_max; /* > 0 turns on the adaptive target (§5.2) */
 } sbx_pool_conf;
+#define SBX_POOL_CONF_INIT(...) {.struct_size = sizeof(sbx_pool_conf), __VA_ARGS__}
 
 /* How the manager makes and unmakes instances. provision, prepare and
  * destroy run on worker threads, may block, and must be safe to run
  * concurrently for different instances. */
 typedef struct sbx_pool_provider {
+  size_t struct_size; /* SBX_POOL_PROVIDER_INIT */
   /* Build whatever a key needs before it can be cloned (the golden);
    * called once per key, retried after 30 s on failure. NULL = nothing. */
   int (*prepare)(void *ud, const sbx_pool_key *key, sbx_error *err);
@@ -55,6 +62,7 @@ typedef struct sbx_pool_provider {
   void (*forget)(void *ud, void *inst);
   void *ud;
 } sbx_pool_provider;
+#define SBX_POOL_PROVIDER_INIT(...) {.struct_size = sizeof(sbx_pool_provider), __VA_ARGS__}
 
 typedef struct sbx_pool_mgr sbx_pool_mgr;
 
@@ -184,12 +192,6 @@ size_t sbx_lease_count(const sbx_lease_table *t);
 size_t sbx_lease_count_tenant(const sbx_lease_table *t, const char *tenant);
 /* Iterate: i from 0 while it returns non-NULL. */
 sbx_lease *sbx_lease_at(const sbx_lease_table *t, size_t i);
-
-/* Equality of two NUL-terminated secrets that never stops at the first
- * differing byte: the time depends only on the lengths (spec §2.7). */
-bool sbx_secret_eq(const char *a, const char *b);
-/* n random bytes as 2n lowercase hex + NUL, from getrandom(2). */
-int sbx_random_hex(char *out, size_t nbytes, sbx_error *err);
 
 #ifdef __cplusplus
 }

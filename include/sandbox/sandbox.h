@@ -2,6 +2,7 @@
 #ifndef SANDBOX_SANDBOX_H
 #define SANDBOX_SANDBOX_H
 
+#include <sandbox/version.h>
 #include <sandbox/error.h>
 #include <sandbox/core.h>
 #include <sandbox/wire.h>
@@ -14,8 +15,10 @@
 extern "C" {
 #endif
 
-/* The library's version string, "0.1.0". */
+/* The version of the library loaded at run time: "0.1.0", and the same as
+ * 0xMMmmpp (compare with SBX_VERSION_NUM, the headers' version). */
 const char *sbx_version(void);
+unsigned sbx_version_num(void);
 
 #ifdef __cplusplus
 }

@@ -149,7 +149,14 @@ int sbx_client_drain(sbx_client *c, bool on, sbx_node_info *out, sbx_error *err)
 int sbx_client_set_pools(sbx_client *c, const sbx_pool_spec *pools, size_t n, sbx_node_info *out, sbx_error *err) {
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) {
-    const sbx_pool_spec *p = &pools[i];
+    sbx_pool_spec spec;
+    const sbx_pool_spec *p = &spec;
+    int rc = sbxi_opts_load_at(&spec, sizeof spec, pools, i,
+                               SBXI_SIZE_TO(sbx_pool_spec, archive_delete_after_seconds), "pools", err);
+    if (rc < 0) {
+      json_decref(arr);
+      return rc;
+    }
     if (!p->template_ || !*p->template_) {
       json_decref(arr);
       return sbx_err(err, SBX_E_INVAL, "pools: entry %zu has no template", i);

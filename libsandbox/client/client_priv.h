@@ -6,6 +6,8 @@
 
 #include <sandbox/client.h>
 
+#include "core/opts.h"
+
 #define CLIENT_PARK_MAX 8
 #define CLIENT_PARK_IDLE_NS (30ull * 1000 * 1000 * 1000)
 #define CLIENT_BODY_CAP (16u * 1024 * 1024) /* control-plane answers */
@@ -89,5 +91,31 @@ int sandbox_new(sbx_client *c, const char *id, const char *token, const char *ow
 /* Build an exec request from opts; env pairs are split into *kv (free it). */
 int exec_req_from_opts(const sbx_exec_opts *o, sbx_req_exec *req, sbx_wire_kv **kv, sbx_error *err);
 int env_to_map(const char *const *env, sbx_wire_map *map, sbx_wire_kv **kv, sbx_error *err);
+
+/* JSON decoding of a claim answer: a ClaimResult, or a Redirect (then
+ * *redirect is set and out->id is empty). Internal: the
+ * claim call and its tests use it. */
+typedef struct sbxi_claim_result {
+  char id[64];
+  char token[128];
+  char deadline[64];
+  char owner_addr[300];
+  char template_digest[80];
+  char from_checkpoint[64];
+} sbxi_claim_result;
+typedef struct sbxi_redirect {
+  char **addrs; /* sbx_free each, then the array */
+  size_t len;
+  bool require_promoted;
+} sbxi_redirect;
+int sbxi_client_parse_claim(const char *json, size_t len, sbxi_claim_result *out, sbxi_redirect *redirect,
+                            sbx_error *err);
+void sbxi_redirect_free(sbxi_redirect *r);
+
+/* The tar halves of sbx_sandbox_push_path / pull_path alone (tests). */
+int sbxi_tar_pack(const char *local_path, int (*write_cb)(void *ud, const void *p, size_t n), void *ud,
+                  sbx_error *err);
+int sbxi_tar_unpack(int (*read_cb)(void *ud, const void **p, size_t *n), void *ud, const char *local_dir,
+                    sbx_error *err);
 
 #endif

@@ -13,11 +13,14 @@
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-int sbx_client_new(const sbx_client_opts *o, sbx_client **out, sbx_error *err) {
-  sbx_client_opts none = {0};
-  if (!o) o = &none;
+int sbx_client_new(const sbx_client_opts *opts, sbx_client **out, sbx_error *err) {
+  sbx_client_opts copy;
+  const sbx_client_opts *o = &copy;
+  int rc = sbxi_opts_load(&copy, sizeof copy, opts, SBXI_SIZE_TO(sbx_client_opts, tls_insecure), "client options",
+                          err);
+  if (rc < 0) return rc;
   sbx_addr entry;
-  int rc = sbx_addr_parse(o->addr ? o->addr : "127.0.0.1:7777", NULL, &entry, err);
+  rc = sbx_addr_parse(o->addr ? o->addr : "127.0.0.1:7777", NULL, &entry, err);
   if (rc < 0) return rc;
   if (o->token && (rc = sbx_client_check_header_value("token", o->token, strlen(o->token), err)) < 0) return rc;
   pthread_once(&curl_once, curl_init_once);
@@ -66,15 +69,15 @@ static int copy_str(json_t *obj, const char *name, char *dst, size_t cap, bool r
   return 0;
 }
 
-void sbx_redirect_free(sbx_redirect *r) {
+void sbxi_redirect_free(sbxi_redirect *r) {
   if (!r) return;
   for (size_t i = 0; i < r->len; i++) sbx_free(r->addrs[i]);
   sbx_free(r->addrs);
   memset(r, 0, sizeof *r);
 }
 
-int sbx_client_parse_claim(const char *json, size_t len, sbx_claim_result *out, sbx_redirect *redirect,
-                           sbx_error *err) {
+int sbxi_client_parse_claim(const char *json, size_t len, sbxi_claim_result *out, sbxi_redirect *redirect,
+                            sbx_error *err) {
   memset(out, 0, sizeof *out);
   memset(redirect, 0, sizeof *redirect);
   json_error_t je;
@@ -96,7 +99,7 @@ int sbx_client_parse_claim(const char *json, size_t len, sbx_claim_result *out, 
     for (size_t i = 0; i < n; i++) {
       json_t *a = json_array_get(red, i);
       if (!json_is_string(a)) {
-        sbx_redirect_free(redirect);
+        sbxi_redirect_free(redirect);
         rc = sbx_err(err, SBX_E_PARSE, "claim answer: redirect entry %zu is not a string", i);
         goto out;
       }
@@ -104,13 +107,13 @@ int sbx_client_parse_claim(const char *json, size_t len, sbx_claim_result *out, 
     }
     json_t *rp = json_object_get(j, "require_promoted");
     if (rp && !json_is_null(rp) && !json_is_boolean(rp)) {
-      sbx_redirect_free(redirect);
+      sbxi_redirect_free(redirect);
       rc = sbx_err(err, SBX_E_PARSE, "claim answer: \"require_promoted\" is not a bool");
       goto out;
     }
     redirect->require_promoted = json_is_true(rp);
     if (redirect->len == 0) {
-      sbx_redirect_free(redirect);
+      sbxi_redirect_free(redirect);
       rc = sbx_err(err, SBX_E_PARSE, "claim answer: empty redirect");
     }
     goto out;
@@ -148,8 +151,8 @@ static char *claim_body(const sbx_claim_opts *o, bool no_redirect, bool require_
 typedef enum { TRY_OK, TRY_REDIRECT, TRY_FAIL } try_result;
 
 /* One claim attempt at node. Fills *res (TRY_OK) or *red (TRY_REDIRECT). */
-static try_result claim_try(sbx_client *c, const sbx_addr *node, const char *body, sbx_claim_result *res,
-                            sbx_redirect *red, bool *transient, sbx_error *err) {
+static try_result claim_try(sbx_client *c, const sbx_addr *node, const char *body, sbxi_claim_result *res,
+                            sbxi_redirect *red, bool *transient, sbx_error *err) {
   sbx_buf resp = SBX_BUF_INIT(CLIENT_BODY_CAP);
   long status = 0;
   try_result tr = TRY_FAIL;
@@ -162,14 +165,14 @@ static try_result claim_try(sbx_client *c, const sbx_addr *node, const char *bod
     http_api_error(err, "claim", status, resp.ptr, resp.len);
     *transient = status == 401 || status == 404 || status == 429 || status == 500 || status == 502 ||
                  status == 503 || status == 504;
-  } else if (sbx_client_parse_claim(resp.ptr ? resp.ptr : "", resp.len, res, red, err) == 0) {
+  } else if (sbxi_client_parse_claim(resp.ptr ? resp.ptr : "", resp.len, res, red, err) == 0) {
     tr = red->len ? TRY_REDIRECT : TRY_OK;
   }
   sbx_buf_free(&resp);
   return tr;
 }
 
-static int claim_done(sbx_client *c, const sbx_addr *node, const sbx_claim_result *res, sbx_sandbox **out,
+static int claim_done(sbx_client *c, const sbx_addr *node, const sbxi_claim_result *res, sbx_sandbox **out,
                       sbx_error *err) {
   char origin[SBX_ADDR_HOST_MAX + 32];
   sbx_addr_origin(node, origin, sizeof origin);
@@ -179,12 +182,16 @@ static int claim_done(sbx_client *c, const sbx_addr *node, const sbx_claim_resul
   return rc;
 }
 
-int sbx_client_claim(sbx_client *c, const sbx_claim_opts *o, sbx_sandbox **out, sbx_error *err) {
+int sbx_client_claim(sbx_client *c, const sbx_claim_opts *opts, sbx_sandbox **out, sbx_error *err) {
   sbx_error tmp;
   if (!err) err = &tmp;
-  if (!o || !o->template_ || !*o->template_) return sbx_err(err, SBX_E_INVAL, "claim: a template is required");
-  sbx_claim_result res;
-  sbx_redirect red;
+  sbx_claim_opts copy;
+  const sbx_claim_opts *o = &copy;
+  if (sbxi_opts_load(&copy, sizeof copy, opts, SBXI_SIZE_TO(sbx_claim_opts, no_redirect), "claim options", err) < 0)
+    return err->code;
+  if (!opts || !o->template_ || !*o->template_) return sbx_err(err, SBX_E_INVAL, "claim: a template is required");
+  sbxi_claim_result res;
+  sbxi_redirect red;
   bool transient;
   char *body = claim_body(o, o->no_redirect, false);
   try_result tr = claim_try(c, &c->entry, body, &res, &red, &transient, err);
@@ -200,35 +207,35 @@ int sbx_client_claim(sbx_client *c, const sbx_claim_opts *o, sbx_sandbox **out, 
       transient = false;
       continue;
     }
-    sbx_redirect again;
+    sbxi_redirect again;
     tr = claim_try(c, &node, retry, &res, &again, &transient, err);
     if (tr == TRY_OK) {
       rc = claim_done(c, &node, &res, out, err);
       goto out;
     }
     if (tr == TRY_REDIRECT) {
-      sbx_redirect_free(&again);
+      sbxi_redirect_free(&again);
       transient = false;
       sbx_err(err, SBX_E_PROTO, "claim: unexpected redirect from %s", red.addrs[i]);
     }
     rc = err->code;
   }
   if (transient) { /* §9.2 step 4: once more at the entry, which must answer itself */
-    sbx_redirect again;
+    sbxi_redirect again;
     tr = claim_try(c, &c->entry, retry, &res, &again, &transient, err);
     if (tr == TRY_OK) {
       rc = claim_done(c, &c->entry, &res, out, err);
       goto out;
     }
     if (tr == TRY_REDIRECT) {
-      sbx_redirect_free(&again);
+      sbxi_redirect_free(&again);
       sbx_err(err, SBX_E_PROTO, "claim: unexpected redirect from the entry node");
     }
     rc = err->code;
   }
 out:
   sbx_free(retry);
-  sbx_redirect_free(&red);
+  sbxi_redirect_free(&red);
   return rc;
 }
 

@@ -12,14 +12,17 @@ struct sbx_pty {
   bool exited;
 };
 
-int sbx_sandbox_open_pty(sbx_sandbox *s, const sbx_pty_opts *o, sbx_pty **out, sbx_error *err) {
+int sbx_sandbox_open_pty(sbx_sandbox *s, const sbx_pty_opts *opts, sbx_pty **out, sbx_error *err) {
+  sbx_pty_opts o;
+  int rc = sbxi_opts_load(&o, sizeof o, opts, SBXI_SIZE_TO(sbx_pty_opts, user), "pty options", err);
+  if (rc < 0) return rc;
   sbx_wire_req r = {.op = SBX_OP_PTY_OPEN};
-  r.u.pty_open.cols = o && o->cols ? o->cols : 80;
-  r.u.pty_open.rows = o && o->rows ? o->rows : 24;
-  r.u.pty_open.cwd = o ? o->cwd : NULL;
-  r.u.pty_open.user = o ? o->user : NULL;
+  r.u.pty_open.cols = o.cols ? o.cols : 80;
+  r.u.pty_open.rows = o.rows ? o.rows : 24;
+  r.u.pty_open.cwd = o.cwd;
+  r.u.pty_open.user = o.user;
   sbx_wire_kv *kv = NULL;
-  int rc = env_to_map(o ? o->env : NULL, &r.u.pty_open.env, &kv, err);
+  rc = env_to_map(o.env, &r.u.pty_open.env, &kv, err);
   if (rc < 0) return rc;
   sbx_agent *a = NULL;
   /* a pty holds its connection for its whole life: never a parked one */

@@ -78,10 +78,14 @@ static void kv_free(sbx_wire_kv *kv, size_t n) {
   sbx_free(kv);
 }
 
-int exec_req_from_opts(const sbx_exec_opts *o, sbx_req_exec *req, sbx_wire_kv **kv, sbx_error *err) {
+int exec_req_from_opts(const sbx_exec_opts *opts, sbx_req_exec *req, sbx_wire_kv **kv, sbx_error *err) {
   memset(req, 0, sizeof *req);
   *kv = NULL;
-  if (!o || !o->argv || !o->argv[0] || !o->argv[0][0]) return sbx_err(err, SBX_E_INVAL, "exec: empty argv");
+  sbx_exec_opts copy;
+  const sbx_exec_opts *o = &copy;
+  int rc = sbxi_opts_load(&copy, sizeof copy, opts, SBXI_SIZE_TO(sbx_exec_opts, session), "exec options", err);
+  if (rc < 0) return rc;
+  if (!opts || !o->argv || !o->argv[0] || !o->argv[0][0]) return sbx_err(err, SBX_E_INVAL, "exec: empty argv");
   size_t argc = 0;
   while (o->argv[argc]) argc++;
   req->argv.items = (const char **)o->argv;

@@ -33,8 +33,8 @@ static la_ssize_t on_write(struct archive *a, void *ud, const void *p, size_t n)
   return (la_ssize_t)n;
 }
 
-int sbx_tar_pack(const char *local_path, int (*write_cb)(void *ud, const void *p, size_t n), void *ud,
-                 sbx_error *err) {
+int sbxi_tar_pack(const char *local_path, int (*write_cb)(void *ud, const void *p, size_t n), void *ud,
+                  sbx_error *err) {
   char path[PATH_MAX];
   size_t len = strlen(local_path);
   if (len == 0 || len >= sizeof path) return sbx_err(err, SBX_E_INVAL, "pack: bad path");
@@ -134,8 +134,8 @@ static bool safe_name(const char *name) {
   return true;
 }
 
-int sbx_tar_unpack(int (*read_cb)(void *ud, const void **p, size_t *n), void *ud, const char *local_dir,
-                   sbx_error *err) {
+int sbxi_tar_unpack(int (*read_cb)(void *ud, const void **p, size_t *n), void *ud, const char *local_dir,
+                    sbx_error *err) {
   char dest[PATH_MAX]; /* symlinks above the tree are the caller's choice */
   if (!realpath(local_dir, dest)) return sbx_err_os(err, errno, "unpack: %s", local_dir);
   local_dir = dest;
@@ -236,7 +236,7 @@ int sbx_sandbox_push_path(sbx_sandbox *s, const char *local_path, const char *de
   int rc = sbx_sandbox_push_begin(s, dest_dir, &t, err);
   if (rc < 0) return rc;
   xfer_ctx x = {t, err};
-  rc = sbx_tar_pack(local_path, push_sink, &x, err);
+  rc = sbxi_tar_pack(local_path, push_sink, &x, err);
   if (rc == 0) rc = sbx_transfer_finish(t, err);
   sbx_transfer_close(t); /* unfinished: closing aborts the push and dest is untouched */
   return rc;
@@ -254,7 +254,7 @@ int sbx_sandbox_pull_path(sbx_sandbox *s, const char *remote_path, const char *l
   int rc = sbx_sandbox_pull_begin(s, remote_path, &t, err);
   if (rc < 0) return rc;
   xfer_ctx x = {t, err};
-  rc = sbx_tar_unpack(pull_source, &x, local_dir, err);
+  rc = sbxi_tar_unpack(pull_source, &x, local_dir, err);
   if (rc == 0) { /* libarchive may stop before `done`: read the RPC to its end */
     const void *p;
     size_t n;

@@ -8,6 +8,8 @@
 #include <sandbox/core.h>
 #include <sandbox/sandbox.h>
 
+#include "cleanup.h"
+
 static void __attribute__((noreturn)) oom(size_t n) {
   /* No allocation and no stdio buffering here: we are out of memory. */
   char msg[96];
@@ -55,7 +57,7 @@ char *sbx_strndup(const char *s, size_t n) {
 
 void sbx_free(void *p) { free(p); }
 
-void sbx_closep(int *fd) {
+void sbxi_closep(int *fd) {
   if (fd && *fd >= 0) {
     close(*fd);
     *fd = -1;
@@ -68,4 +70,8 @@ uint64_t sbx_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-const char *sbx_version(void) { return SBX_VERSION; }
+/* The version compiled into the library (SBX_VERSION_* of the headers it
+ * was built with), for callers that compare it with the headers they were
+ * built against. */
+const char *sbx_version(void) { return SBX_VERSION_STRING; }
+unsigned sbx_version_num(void) { return SBX_VERSION_NUM; }

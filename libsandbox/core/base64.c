@@ -192,10 +192,17 @@ typedef int (*decode_fn)(void *, const char *, size_t, size_t *, sbx_error *);
 static encode_fn encode_impl;
 static decode_fn decode_impl;
 
+static bool force_scalar;
+
+void sbxi_b64_force_scalar(bool on) {
+  __atomic_store_n(&force_scalar, on, __ATOMIC_RELAXED);
+  __atomic_store_n(&encode_impl, NULL, __ATOMIC_RELAXED); /* the next call picks again */
+  __atomic_store_n(&decode_impl, NULL, __ATOMIC_RELAXED);
+}
+
 /* Racing first calls compute the same answer, so relaxed atomics suffice. */
 static encode_fn pick(decode_fn *dec) {
-  const char *force = getenv("SBX_B64_SCALAR");
-  bool avx2 = !(force && *force && strcmp(force, "0") != 0) && sbxi_b64_have_avx2();
+  bool avx2 = !__atomic_load_n(&force_scalar, __ATOMIC_RELAXED) && sbxi_b64_have_avx2();
   encode_fn enc = avx2 ? sbxi_b64_encode_avx2 : sbxi_b64_encode_scalar;
   *dec = avx2 ? sbxi_b64_decode_avx2 : sbxi_b64_decode_scalar;
   __atomic_store_n(&decode_impl, *dec, __ATOMIC_RELAXED);

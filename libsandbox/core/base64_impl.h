@@ -27,7 +27,11 @@ int sbxi_b64_decode_avx2(void *dst, const char *src, size_t n, size_t *out_len, 
 bool sbxi_b64_have_avx2(void);
 
 /* The path sbx_b64_encode/decode dispatch to, "avx2" or "scalar"; it is
- * chosen once per process (SBX_B64_SCALAR=1 forces "scalar"). */
+ * chosen on first use. */
 const char *sbxi_b64_active(void);
+/* Use the scalar path even where AVX2 is available (to compare the two, or
+ * to rule the vector path out); the programs set it from SBX_B64_SCALAR
+ * (core/env.h). Call it before other threads use base64. */
+void sbxi_b64_force_scalar(bool on);
 
 #endif

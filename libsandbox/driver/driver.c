@@ -13,6 +13,7 @@
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
 
+#include "../core/opts.h"
 #include "driver_internal.h"
 #include "kvm.h"
 
@@ -74,8 +75,9 @@ int sbx_driver_open(const char *name, const sbx_driver_config *cfg, sbx_driver *
   *out = NULL;
   const sbx_driver_ops *ops = sbx_driver_get(name, err);
   if (!ops) return err ? err->code : SBX_E_NOTFOUND;
-  sbx_driver_config def = {0};
-  return ops->open(cfg ? cfg : &def, out, err);
+  sbx_driver_config c;
+  int rc = sbxi_opts_load(&c, sizeof c, cfg, SBXI_SIZE_TO(sbx_driver_config, jail_no_zygote), "driver config", err);
+  return rc < 0 ? rc : ops->open(&c, out, err);
 }
 
 void sbx_driver_close(sbx_driver *d) {
@@ -83,11 +85,6 @@ void sbx_driver_close(sbx_driver *d) {
 }
 
 const char *sbx_driver_name(const sbx_driver *d) { return d->ops->name; }
-
-void sbx_clone_spec_init(sbx_clone_spec *spec) {
-  memset(spec, 0, sizeof *spec);
-  spec->stdio[0] = spec->stdio[1] = spec->stdio[2] = -1;
-}
 
 #define HDR(s) ((const sbx_instance_hdr *)(const void *)(s))
 
@@ -97,22 +94,38 @@ sbx_driver *sbx_instance_driver(const sbx_instance *s) { return HDR(s)->drv; }
 
 #define OPS(s) (HDR(s)->drv->ops)
 
+/* Each spec is copied to the library's size first (core/opts.h); a NULL
+ * spec stays NULL for the driver to refuse or default. */
 int sbx_template_prepare(sbx_driver *d, const sbx_template_spec *spec, sbx_template **out, sbx_error *err) {
-  return d->ops->template_prepare(d, spec, out, err);
+  sbx_template_spec s;
+  int rc = sbxi_opts_load(&s, sizeof s, spec, SBXI_SIZE_TO(sbx_template_spec, archive), "template spec", err);
+  return rc < 0 ? rc : d->ops->template_prepare(d, spec ? &s : NULL, out, err);
 }
 void sbx_template_release(sbx_driver *d, sbx_template *t) {
   if (t) d->ops->template_release(t);
 }
 int sbx_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spec *spec, sbx_golden **out,
                      sbx_error *err) {
-  return d->ops->golden_build(d, t, spec, out, err);
+  sbx_golden_spec s;
+  int rc = sbxi_opts_load(&s, sizeof s, spec, SBXI_SIZE_TO(sbx_golden_spec, timeout_ms), "golden spec", err);
+  return rc < 0 ? rc : d->ops->golden_build(d, t, spec ? &s : NULL, out, err);
 }
 void sbx_golden_release(sbx_driver *d, sbx_golden *g) {
   if (g) d->ops->golden_release(g);
 }
+int sbxi_sandbox_clone_init(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *spec,
+                            const char *const *init_argv, const char *const *init_env, sbx_instance **out,
+                            sbx_error *err) {
+  *out = NULL;
+  if (!spec) return sbx_err(err, SBX_E_INVAL, "clone: no spec");
+  sbxi_clone_spec s = {.init_argv = init_argv, .init_env = init_env};
+  int rc = sbxi_opts_load(&s.pub, sizeof s.pub, spec, SBXI_SIZE_TO(sbx_clone_spec, ready_timeout_ms),
+                          "clone spec", err);
+  return rc < 0 ? rc : d->ops->clone(d, g, &s.pub, out, err);
+}
 int sbx_sandbox_clone(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *spec, sbx_instance **out,
                       sbx_error *err) {
-  return d->ops->clone(d, g, spec, out, err);
+  return sbxi_sandbox_clone_init(d, g, spec, NULL, NULL, out, err);
 }
 int sbx_sandbox_connect(sbx_instance *s, int *fd_out, sbx_error *err) { return OPS(s)->connect(s, fd_out, err); }
 int sbx_sandbox_pause(sbx_instance *s, sbx_error *err) { return OPS(s)->pause(s, err); }

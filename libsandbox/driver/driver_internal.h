@@ -8,6 +8,64 @@
 
 /* First member of every driver's sbx_instance, so the generic accessors
  * and dispatch work without knowing the driver. */
+/* The table each driver fills. Only the sbx_* wrappers of driver.c call
+ * it: they hand every op full-size copies of the caller's option structs,
+ * and every clone spec an op sees is the pub member of an sbxi_clone_spec. */
+typedef struct sbx_driver_ops {
+  const char *name;
+  int (*open)(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *err);
+  void (*close)(sbx_driver *d);
+
+  int (*template_prepare)(sbx_driver *d, const sbx_template_spec *spec, sbx_template **out, sbx_error *err);
+  void (*template_release)(sbx_template *t);
+  int (*golden_build)(sbx_driver *d, const sbx_template *t, const sbx_golden_spec *spec, sbx_golden **out,
+                      sbx_error *err);
+  void (*golden_release)(sbx_golden *g);
+
+  int (*clone)(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *spec, sbx_instance **out,
+               sbx_error *err);
+  int (*connect)(sbx_instance *s, int *fd_out, sbx_error *err);
+  int (*pause)(sbx_instance *s, sbx_error *err);
+  int (*resume)(sbx_instance *s, sbx_error *err);
+  int (*snapshot)(sbx_instance *s, const char *dir, sbx_error *err);
+  int (*restore)(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out, sbx_error *err);
+  int (*stats)(sbx_instance *s, sbx_stats *out, sbx_error *err);
+  /* Wait for pid 1 to exit (timeout_ms < 0: forever); *code as a shell
+   * reports it (128 + signal). SBX_E_TIMEOUT if still running. */
+  int (*wait)(sbx_instance *s, int timeout_ms, int *code, sbx_error *err);
+  /* Always releases s, even when part of the teardown failed (the error
+   * then says what was left behind). */
+  int (*destroy)(sbx_instance *s, sbx_error *err);
+  /* For each sandbox found under run_dir, call fn; adopted ones are handed
+   * over through the callback and kept running, the rest are destroyed.
+   * Returns how many were adopted. Run it before any clone of this driver
+   * (a clone in flight has no state file yet and would look dead). */
+  int (*reconcile)(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err);
+} sbx_driver_ops;
+
+/* Every driver handle starts with this, so the wrappers below dispatch. */
+struct sbx_driver {
+  const sbx_driver_ops *ops;
+};
+
+/* A clone spec with the internal init hook: run init_argv as pid 1
+ * instead of silkd (the jail's golden warmup and the tests); clone then
+ * returns once it is exec'd, without the readiness probe. */
+typedef struct sbxi_clone_spec {
+  sbx_clone_spec pub;
+  const char *const *init_argv;
+  const char *const *init_env; /* for init_argv; NULL = a minimal PATH */
+} sbxi_clone_spec;
+
+static inline const sbxi_clone_spec *sbxi_clone_spec_of(const sbx_clone_spec *spec) {
+  return (const sbxi_clone_spec *)spec;
+}
+
+/* sbx_sandbox_clone with the init hook (tests: pid 1 is init_argv). */
+int sbxi_sandbox_clone_init(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *spec,
+                            const char *const *init_argv, const char *const *init_env, sbx_instance **out,
+                            sbx_error *err);
+
 typedef struct sbx_instance_hdr {
   sbx_driver *drv;
   char id[SBX_ID_MAX];

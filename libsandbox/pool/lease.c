@@ -8,6 +8,8 @@
 #include <sandbox/core.h>
 #include <sandbox/pool.h>
 
+#include "secret.h"
+
 struct reservation {
   char tenant[SBX_POOL_NAME_MAX];
   int count;
@@ -81,7 +83,7 @@ void sbx_lease_unreserve(sbx_lease_table *t, const char *tenant) {
   }
 }
 
-int sbx_random_hex(char *out, size_t nbytes, sbx_error *err) {
+int sbxi_random_hex(char *out, size_t nbytes, sbx_error *err) {
   static const char hex[] = "0123456789abcdef";
   unsigned char raw[64];
   if (nbytes > sizeof raw) return sbx_err(err, SBX_E_INVAL, "random: %zu bytes is too many", nbytes);
@@ -116,7 +118,7 @@ int sbx_lease_commit(sbx_lease_table *t, sbx_lease *tmpl, bool reserved, sbx_lea
     /* 8 random bytes make collisions unlikely, not impossible: retry. */
     do {
       memcpy(l->id, "sb_", 3);
-      int rc = sbx_random_hex(l->id + 3, 8, err);
+      int rc = sbxi_random_hex(l->id + 3, 8, err);
       if (rc < 0) {
         lease_free(l);
         return rc;
@@ -124,7 +126,7 @@ int sbx_lease_commit(sbx_lease_table *t, sbx_lease *tmpl, bool reserved, sbx_lea
     } while (sbx_lease_find(t, l->id));
   }
   if (l->token[0] == '\0') {
-    int rc = sbx_random_hex(l->token, 16, err);
+    int rc = sbxi_random_hex(l->token, 16, err);
     if (rc < 0) {
       lease_free(l);
       return rc;
@@ -152,7 +154,7 @@ void sbx_lease_remove(sbx_lease_table *t, sbx_lease *l) {
 
 sbx_lease *sbx_lease_at(const sbx_lease_table *t, size_t i) { return i < t->n ? t->v[i] : NULL; }
 
-bool sbx_secret_eq(const char *a, const char *b) {
+bool sbxi_secret_eq(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   size_t n = la > lb ? la : lb;
   unsigned char diff = la != lb;

@@ -7,6 +7,7 @@
 #include <sandbox/core.h>
 #include <sandbox/pool.h>
 
+#include "core/opts.h"
 #include "workq.h"
 
 #define NS_PER_S 1000000000ull
@@ -58,12 +59,16 @@ bool sbx_pool_key_eq(const sbx_pool_key *a, const sbx_pool_key *b) {
   return strcmp(a->tmpl, b->tmpl) == 0 && strcmp(a->net, b->net) == 0 && strcmp(a->size, b->size) == 0;
 }
 
-int sbx_pool_mgr_new(const sbx_pool_provider *prov, unsigned workers, sbx_pool_mgr **out, sbx_error *err) {
-  if (!prov || !prov->provision || !prov->destroy) return sbx_err(err, SBX_E_INVAL, "pool: provider incomplete");
+int sbx_pool_mgr_new(const sbx_pool_provider *provider, unsigned workers, sbx_pool_mgr **out, sbx_error *err) {
+  sbx_pool_provider copy;
+  const sbx_pool_provider *prov = &copy;
+  int rc = sbxi_opts_load(&copy, sizeof copy, provider, SBXI_SIZE_TO(sbx_pool_provider, ud), "pool provider", err);
+  if (rc < 0) return rc;
+  if (!provider || !prov->provision || !prov->destroy) return sbx_err(err, SBX_E_INVAL, "pool: provider incomplete");
   sbx_pool_mgr *m = sbx_calloc(1, sizeof *m);
   m->prov = *prov;
   m->budget = workers ? workers : 1;
-  int rc = sbxi_workq_new(m->budget, &m->q, err);
+  rc = sbxi_workq_new(m->budget, &m->q, err);
   if (rc < 0) {
     sbx_free(m);
     return rc;
@@ -361,7 +366,20 @@ void sbx_pool_mgr_tick(sbx_pool_mgr *m, uint64_t now) {
   refill_pass(m, now);
 }
 
-int sbx_pool_mgr_set_pools(sbx_pool_mgr *m, const sbx_pool_conf *confs, size_t n, sbx_error *err) {
+static int set_pools(sbx_pool_mgr *m, const sbx_pool_conf *confs, size_t n, sbx_error *err);
+
+/* The caller's confs are copied to the library's size first (core/opts.h). */
+int sbx_pool_mgr_set_pools(sbx_pool_mgr *m, const sbx_pool_conf *in, size_t n, sbx_error *err) {
+  sbx_pool_conf *confs = sbx_calloc(n ? n : 1, sizeof *confs);
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++)
+    rc = sbxi_opts_load_at(&confs[i], sizeof *confs, in, i, SBXI_SIZE_TO(sbx_pool_conf, warm_max), "pools", err);
+  if (rc == 0) rc = set_pools(m, confs, n, err);
+  sbx_free(confs);
+  return rc;
+}
+
+static int set_pools(sbx_pool_mgr *m, const sbx_pool_conf *confs, size_t n, sbx_error *err) {
   for (size_t i = 0; i < n; i++) {
     if (confs[i].warm < 0 || confs[i].warm_max < 0)
       return sbx_err(err, SBX_E_INVAL, "pool %s: negative warm count", confs[i].key.tmpl);

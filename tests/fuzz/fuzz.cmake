@@ -55,7 +55,7 @@ set(SRC ${PROJECT_SOURCE_DIR})
 # silkd wire codec: the fixtures in all 16 chunking/cap modes, then the rest
 sbx_fuzz_target(wire REPLAY_ARGS ${SBX_FUZZ_WIRE_FIXTURES})
 # sandboxd: request heads and bodies; the configuration file
-sbx_fuzz_target(http SOURCES ${SRC}/sandboxd/http.c INCLUDE ${SRC}/sandboxd LIBS PkgConfig::FUZZ_EVENT)
+sbx_fuzz_target(http SOURCES ${SRC}/sandboxd/http.c ${SRC}/sandboxd/http_parse.c INCLUDE ${SRC}/sandboxd LIBS PkgConfig::FUZZ_EVENT)
 sbx_fuzz_target(config SOURCES ${SRC}/sandboxd/config.c INCLUDE ${SRC}/sandboxd LIBS PkgConfig::JANSSON)
 # sbxctl mcp: the JSON-RPC reader and the tool argument checks (sbxctl
 # without its main: the verbs reach the other commands' helpers)

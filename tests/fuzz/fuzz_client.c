@@ -2,7 +2,7 @@
  * decoding of what a node answers.
  *
  * Byte 0 picks the decoder, the rest is the answer:
- *   0  a claim answer (sbx_client_parse_claim: a ClaimResult or a Redirect)
+ *   0  a claim answer (sbxi_client_parse_claim: a ClaimResult or a Redirect)
  *   1  a node info answer (node_info_parse: GET /v1/info, drain, pools)
  *   2  an API error body (http_api_error, with the status from byte 1)
  *   3  the answer to an agent or port upgrade, read from a socket
@@ -29,10 +29,10 @@ static void check_err(int rc, const sbx_error *err) {
 }
 
 static void claim(const char *p, size_t n) {
-  sbx_claim_result res;
-  sbx_redirect red;
+  sbxi_claim_result res;
+  sbxi_redirect red;
   sbx_error err;
-  int rc = sbx_client_parse_claim(p, n, &res, &red, &err);
+  int rc = sbxi_client_parse_claim(p, n, &res, &red, &err);
   check_err(rc, &err);
   if (rc == 0 && red.len > 0) {
     FUZZ_CHECK(res.id[0] == '\0', "a redirect with an id");
@@ -44,7 +44,7 @@ static void claim(const char *p, size_t n) {
                    TERMINATED(res.from_checkpoint),
                "a claim field is not terminated");
   }
-  sbx_redirect_free(&red);
+  sbxi_redirect_free(&red);
 }
 
 static void node_info(const char *p, size_t n) {

@@ -18,6 +18,7 @@
 #include <sandbox/core.h>
 
 #include "core/base64_impl.h"
+#include "core/env.h"
 
 typedef size_t (*encode_fn)(char *, const void *, size_t);
 typedef int (*decode_fn)(void *, const char *, size_t, size_t *, sbx_error *);
@@ -368,8 +369,8 @@ static void test_null_err(void **state) {
   }
 }
 
-/* The dispatch is latched per process, so SBX_B64_SCALAR is checked in a
- * fresh copy of this program (see main). */
+/* The programs map SBX_B64_SCALAR onto the dispatch (core/env.h); it is
+ * checked in a fresh copy of this program acting as one (see main). */
 static void test_env_forces_scalar(void **state) {
   (void)state;
   char self[4096];
@@ -393,8 +394,24 @@ static void test_env_forces_scalar(void **state) {
   }
 }
 
+/* The setter the programs call switches the dispatch in process, both ways,
+ * and the output does not change. */
+static void test_force_scalar_setter(void **state) {
+  (void)state;
+  char a[8], b[8];
+  sbxi_b64_force_scalar(true);
+  assert_string_equal(sbxi_b64_active(), "scalar");
+  sbx_b64_encode(a, "hello", 5);
+  sbxi_b64_force_scalar(false);
+  assert_string_equal(sbxi_b64_active(), sbxi_b64_have_avx2() ? "avx2" : "scalar");
+  sbx_b64_encode(b, "hello", 5);
+  assert_memory_equal(a, "aGVsbG8=", 8);
+  assert_memory_equal(b, "aGVsbG8=", 8);
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--print-b64-path") == 0) {
+    sbxi_env_apply(NULL); /* as the programs do */
     printf("%s\n", sbxi_b64_active());
     return 0;
   }
@@ -408,6 +425,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_random_corruption_agrees),
       cmocka_unit_test(test_null_err),
       cmocka_unit_test(test_env_forces_scalar),
+      cmocka_unit_test(test_force_scalar_setter),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

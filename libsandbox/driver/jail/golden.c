@@ -49,15 +49,13 @@ int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
       close(gfd);
       goto fail;
     }
-    sbx_clone_spec cs;
-    sbx_clone_spec_init(&cs);
+    sbxi_clone_spec cs = {.pub = SBX_CLONE_SPEC_INIT(), .init_argv = spec->warmup};
     char id[SBX_ID_MAX];
     snprintf(id, sizeof id, "golden-%.40s-%d-%u", spec->key, (int)getpid(), n);
-    cs.id = id;
-    cs.size = spec->size;
-    cs.init_argv = spec->warmup;
+    cs.pub.id = id;
+    cs.pub.size = spec->size;
     sbx_instance *s = NULL;
-    rc = jail_start(jd, &t->layers, &cs, tmp, &s, err);
+    rc = jail_start(jd, &t->layers, &cs.pub, tmp, &s, err);
     int code = -1;
     if (rc == 0) {
       rc = jail_wait(s, spec->timeout_ms > 0 ? spec->timeout_ms : 120000, &code, err);

@@ -66,13 +66,12 @@ static int jail_open(const sbx_driver_config *cfg, sbx_driver **out, sbx_error *
   if ((rc = jail_cgroup_init(cfg->cgroup_name ? cfg->cgroup_name : "sandbox", &jd->cg, err)) < 0) goto fail;
   if ((rc = jail_seccomp_build(&jd->seccomp, err)) < 0) goto fail;
   jd->caps = jail_default_caps();
-  /* SBX_JAIL_NETPOOL=N sets the stock (0 = off, to compare). */
-  const char *np = getenv("SBX_JAIL_NETPOOL");
-  if ((rc = jail_netpool_open(np ? strtoul(np, NULL, 10) : JAIL_NETPOOL_SIZE, &jd->netpool, err)) < 0) goto fail;
-  /* SBX_JAIL_ZYGOTE=0 turns the zygote off (to compare, or to rule it
-   * out); a silkd without the mode (or a stand-in) simply has none. */
-  const char *zy = getenv("SBX_JAIL_ZYGOTE");
-  if (jd->silkd_fd >= 0 && !(zy && strcmp(zy, "0") == 0)) {
+  /* jail_netpool sets the stock (< 0 = off, to compare). */
+  int np = cfg->jail_netpool;
+  if ((rc = jail_netpool_open(np < 0 ? 0 : np ? (size_t)np : JAIL_NETPOOL_SIZE, &jd->netpool, err)) < 0) goto fail;
+  /* jail_no_zygote turns the zygote off (to compare, or to rule it out);
+   * a silkd without the mode (or a stand-in) simply has none. */
+  if (jd->silkd_fd >= 0 && !cfg->jail_no_zygote) {
     sbx_error zerr = {0};
     if (jail_zygote_open(jd->silkd_fd, jd->devnull_fd, &jd->zygote, &zerr) < 0)
       sbx_debug("jail: no zygote, clones exec silkd: %s", zerr.msg);
@@ -190,11 +189,12 @@ static int exempt_from_oom(pid_t pid, sbx_error *err) {
 int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *spec, const char *upper_dir,
                       sbx_instance **out, sbx_error *err) {
   *out = NULL;
+  const sbxi_clone_spec *hook = sbxi_clone_spec_of(spec);
   int rc = sbxi_check_id(spec->id, err);
   if (rc < 0) return rc;
   if (spec->net != SBX_NET_NONE) return sbx_err(err, SBX_E_UNSUPPORTED, "jail: only net=none is available");
-  if (!spec->init_argv && jd->silkd_fd < 0) return sbx_err(err, SBX_E_INVAL, "jail: no silkd_path configured");
-  if (spec->init_argv && (!spec->init_argv[0] || spec->init_argv[0][0] != '/'))
+  if (!hook->init_argv && jd->silkd_fd < 0) return sbx_err(err, SBX_E_INVAL, "jail: no silkd_path configured");
+  if (hook->init_argv && (!hook->init_argv[0] || hook->init_argv[0][0] != '/'))
     return sbx_err(err, SBX_E_INVAL, "jail: init_argv[0] must be an absolute path");
   const sbx_size_tier *size = spec->size ? spec->size : sbx_size_tier_get("small");
   const char *id = spec->id;
@@ -224,7 +224,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   if ((rc = jail_plan_build(plan, &pa, err)) < 0) goto fail;
   snprintf(plan->hostname, sizeof plan->hostname, "%s", spec->hostname ? spec->hostname : id);
 
-  if (!spec->init_argv) {
+  if (!hook->init_argv) {
     struct sockaddr_un sa;
     if ((rc = sock_path(jd, id, &sa, err)) < 0) goto fail;
     lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -243,7 +243,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   plan->go_fd = go[0];
   plan->report_fd = rep[1];
   plan->listen_fd = lfd;
-  plan->exec_fd = spec->init_argv ? -1 : jd->silkd_fd;
+  plan->exec_fd = hook->init_argv ? -1 : jd->silkd_fd;
   for (int i = 0; i < 3; i++) plan->stdio[i] = spec->stdio[i];
   plan->devnull_fd = jd->devnull_fd;
   ns = jail_netpool_take(jd->netpool);
@@ -255,8 +255,8 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   plan->unshare_cgroup = true;
   plan->seccomp = &jd->seccomp;
   plan->keep_caps = jd->caps;
-  plan->argv = (char *const *)(spec->init_argv ? spec->init_argv : silkd_argv);
-  plan->envp = (char *const *)(spec->init_argv ? (spec->init_env ? spec->init_env : default_env) : silkd_env);
+  plan->argv = (char *const *)(hook->init_argv ? hook->init_argv : silkd_argv);
+  plan->envp = (char *const *)(hook->init_argv ? (hook->init_env ? hook->init_env : default_env) : silkd_env);
 
   t_clone = sbx_now_ns();
   /* A fork-like clone (no new stack): the child continues here on a copy
@@ -268,7 +268,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
    * silkd's loop with no exec (zygote_serve.c). A zygote that died leaves
    * this clone to the exec path and is restarted at the next destroy. */
   bool zygote = false;
-  if (jd->zygote && !spec->init_argv) {
+  if (jd->zygote && !hook->init_argv) {
     rc = jail_zygote_clone(jd->zygote, plan, flags & ~(unsigned long)SIGCHLD, &pid, err);
     if (rc < 0) goto fail;
     zygote = rc == 0;
@@ -311,7 +311,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   cg_made = true;
   t_attach = sbx_now_ns();
   if ((rc = jail_cgroup_attach(jd->cg, id, pid, err)) < 0) goto fail;
-  if (!spec->init_argv && (rc = exempt_from_oom(pid, err)) < 0) goto fail;
+  if (!hook->init_argv && (rc = exempt_from_oom(pid, err)) < 0) goto fail;
   t_go = sbx_now_ns();
   /* A child that failed its setup has already exited: its report says
    * why, which matters more than the failed send. */
@@ -355,7 +355,7 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
   }
   close(sfd);
 
-  if (!spec->init_argv) {
+  if (!hook->init_argv) {
     int afd = -1;
     int timeout = spec->ready_timeout_ms > 0 ? spec->ready_timeout_ms : 10000;
     rc = jd->base.ops->connect(s, &afd, err);

@@ -14,6 +14,7 @@
 
 #include <sandbox/agent.h>
 
+#include "../../core/cleanup.h"
 #include "../../template/layers.h"
 #include "../kvm.h"
 #include "qemu.h"
@@ -72,7 +73,7 @@ static int snapshot_to(sbx_instance *s, const char *file, bool ignore_shared, sb
   if (rc == 0) rc = qmp_cmd(s->qmp, "migrate-set-parameters", "{\"max-bandwidth\":107374182400}", NULL, err);
   if (rc == 0 && ignore_shared) rc = qemu_ignore_shared(s, err);
   if (rc < 0) return rc;
-  sbx_cleanup_buf sbx_buf args = SBX_BUF_INIT(PATH_MAX + 64);
+  sbxi_cleanup_buf sbx_buf args = SBX_BUF_INIT(PATH_MAX + 64);
   json_t *uri = json_sprintf("exec:cat > '%s'", file);
   char *u = json_dumps(uri, JSON_ENCODE_ANY);
   json_decref(uri);

@@ -1,6 +1,7 @@
 /* The qemu driver's settings: sbx_driver_config's qemu_* fields (sandboxd's
- * "qemu" object), each overridden by its environment variable when that is
- * set, so a test or a bench pins a value without a config file.
+ * "qemu" object). The library reads no environment variable for them: the
+ * programs map the ones in the env column onto the fields (core/env.h), so
+ * a test or a bench pins a value without a config file.
  *
  *   field               env                 values
  *   qemu_binary         SBX_QEMU            absolute path, or a name looked up in PATH
@@ -22,11 +23,6 @@
 
 #define DEFAULT_GUEST "/var/cache/sandbox/guest"
 #define DEFAULT_QEMU "/usr/bin/qemu-system-x86_64"
-
-static const char *pick(const char *field, const char *env) {
-  const char *e = getenv(env);
-  return e && e[0] ? e : field;
-}
 
 static int check_path(const char *what, const char *v, sbx_error *err) {
   if (v && v[0] != '/') return sbx_err(err, SBX_E_INVAL, "qemu: %s \"%s\" is not an absolute path", what, v);
@@ -64,19 +60,19 @@ int qemu_options(qemu_driver *qd, const sbx_driver_config *cfg, sbx_error *err) 
   static const char *const accels[] = {"auto", "kvm", "tcg", NULL};
   static const char *const restores[] = {"mmap", "copy", NULL};
   static const char *const agents[] = {"auto", "vsock", "tcp", NULL};
-  const char *bin = pick(cfg->qemu_binary, "SBX_QEMU");
-  const char *guest = pick(cfg->qemu_guest_dir, "SBX_GUEST_DIR");
-  const char *builder = pick(cfg->qemu_guest_builder, "SBX_GUEST_BUILDER");
+  const char *bin = cfg->qemu_binary;
+  const char *guest = cfg->qemu_guest_dir;
+  const char *builder = cfg->qemu_guest_builder;
   int accel, restore, agent, rc;
   if (bin && !bin[0]) return sbx_err(err, SBX_E_INVAL, "qemu: binary is empty");
   if ((rc = check_path("guest_dir", guest, err)) < 0 || (rc = check_path("kernel", cfg->qemu_kernel, err)) < 0 ||
       (rc = check_path("initrd", cfg->qemu_initrd, err)) < 0 ||
       (rc = check_path("guest_builder", builder, err)) < 0)
     return rc;
-  if ((accel = one_of("accel", pick(cfg->qemu_accel, "SBX_QEMU_ACCEL"), accels, err)) < 0) return accel;
-  if ((restore = one_of("restore_mode", pick(cfg->qemu_restore_mode, "SBX_QEMU_RESTORE"), restores, err)) < 0)
+  if ((accel = one_of("accel", cfg->qemu_accel, accels, err)) < 0) return accel;
+  if ((restore = one_of("restore_mode", cfg->qemu_restore_mode, restores, err)) < 0)
     return restore;
-  if ((agent = one_of("agent", pick(cfg->qemu_agent, "SBX_QEMU_AGENT"), agents, err)) < 0) return agent;
+  if ((agent = one_of("agent", cfg->qemu_agent, agents, err)) < 0) return agent;
 
   qd->qemu_bin = find_binary(bin ? bin : DEFAULT_QEMU);
   qd->guest_dir = sbx_strdup(guest ? guest : DEFAULT_GUEST);

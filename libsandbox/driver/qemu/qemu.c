@@ -157,7 +157,7 @@ static int qemu_clone(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *
   *out = NULL;
   if (!g || !spec) return sbx_err(err, SBX_E_INVAL, "clone needs a golden and a spec");
   if (spec->net != SBX_NET_NONE) return sbx_err(err, SBX_E_UNSUPPORTED, "qemu: only net=none is available");
-  if (spec->init_argv) return sbx_err(err, SBX_E_UNSUPPORTED, "qemu: init_argv is a jail test hook");
+  if (sbxi_clone_spec_of(spec)->init_argv) return sbx_err(err, SBX_E_UNSUPPORTED, "qemu: init_argv is a jail test hook");
   /* The machine is the golden's: its RAM size and vCPUs are in the saved
    * state. Another tier needs another golden. */
   if (spec->size && strcmp(spec->size->name, g->size->name) != 0)

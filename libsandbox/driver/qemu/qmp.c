@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../../core/cleanup.h"
 #include "qemu.h"
 
 #define QMP_LINE_MAX (1u << 20)
@@ -88,7 +89,7 @@ static int send_all(int fd, const char *s, size_t n, sbx_error *err) {
 
 int qmp_cmd(qmp *q, const char *cmd, const char *args, char **ret, sbx_error *err) {
   if (ret) *ret = NULL;
-  sbx_cleanup_buf sbx_buf b = SBX_BUF_INIT(QMP_LINE_MAX);
+  sbxi_cleanup_buf sbx_buf b = SBX_BUF_INIT(QMP_LINE_MAX);
   int rc = sbx_buf_printf(&b, err, "{\"execute\":\"%s\"%s%s}\n", cmd, args ? ",\"arguments\":" : "",
                           args ? args : "");
   if (rc < 0 || (rc = send_all(q->fd, b.ptr, b.len, err)) < 0) return rc;

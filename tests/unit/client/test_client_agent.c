@@ -25,7 +25,7 @@ typedef struct {
 static int setup(void **state) {
   static fixture f;
   sbx_error err;
-  sbx_client_opts o = {.addr = silkd.addr};
+  sbx_client_opts o = SBX_CLIENT_OPTS_INIT(.addr = silkd.addr);
   if (sbx_client_new(&o, &f.c, &err) < 0) return -1;
   if (sbx_client_attach(f.c, "sb_0000000000000001", "0123456789abcdef0123456789abcdef", NULL, &f.s, &err) < 0)
     return -1;
@@ -47,26 +47,27 @@ static void test_exec_codes_and_stderr(void **state) {
   sbx_buf out = SBX_BUF_INIT(1 << 20), errb = SBX_BUF_INIT(1 << 20);
   sbx_error err;
   int code = -5;
-  sbx_exec_opts o = {.argv = ARGV("sh", "-c", "echo out; echo err >&2; exit 3")};
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("sh", "-c", "echo out; echo err >&2; exit 3"));
   assert_int_equal(sbx_sandbox_run(f->s, &o, &out, &errb, &code, &err), 0);
   assert_int_equal(code, 3);
   assert_string_equal(out.ptr, "out\n");
   assert_string_equal(errb.ptr, "err\n");
   sbx_buf_reset(&out);
-  sbx_exec_opts o2 = {.argv = ARGV("sh", "-c", "kill -TERM $$")};
+  sbx_exec_opts o2 = SBX_EXEC_OPTS_INIT(.argv = ARGV("sh", "-c", "kill -TERM $$"));
   assert_int_equal(sbx_sandbox_run(f->s, &o2, &out, NULL, &code, &err), 0);
   assert_int_equal(code, 143);
   /* env, cwd */
-  sbx_exec_opts o3 = {.argv = ARGV("sh", "-c", "echo $FOO; pwd"), .cwd = "/tmp", .env = ARGV("FOO=bar=baz")};
+  sbx_exec_opts o3 =
+      SBX_EXEC_OPTS_INIT(.argv = ARGV("sh", "-c", "echo $FOO; pwd"), .cwd = "/tmp", .env = ARGV("FOO=bar=baz"));
   assert_int_equal(sbx_sandbox_run(f->s, &o3, &out, NULL, &code, &err), 0);
   assert_string_equal(out.ptr, "bar=baz\n/tmp\n");
   /* run_check turns a non-zero exit into an exit error */
-  sbx_exec_opts o4 = {.argv = ARGV("false")};
+  sbx_exec_opts o4 = SBX_EXEC_OPTS_INIT(.argv = ARGV("false"));
   assert_int_equal(sbx_sandbox_run_check(f->s, &o4, NULL, NULL, &err), SBX_E_REMOTE);
   assert_int_equal(sbx_client_error_kind(&err), SBX_CLIENT_ERR_EXIT);
   assert_int_equal(sbx_client_error_exit_code(&err), 1);
   /* a missing binary is a silkd error (bad_request) */
-  sbx_exec_opts o5 = {.argv = ARGV("/nonexistent/binary")};
+  sbx_exec_opts o5 = SBX_EXEC_OPTS_INIT(.argv = ARGV("/nonexistent/binary"));
   assert_int_equal(sbx_sandbox_run(f->s, &o5, NULL, NULL, &code, &err), SBX_E_REMOTE);
   assert_int_equal(sbx_client_error_kind(&err), SBX_CLIENT_ERR_SILKD);
   assert_int_equal(err.detail, SBX_ERR_BAD_REQUEST);
@@ -84,7 +85,7 @@ static void test_exec_stdin(void **state) {
   sbx_buf out = SBX_BUF_INIT(1 << 20);
   sbx_error err;
   int code = -5;
-  sbx_exec_opts o = {.argv = ARGV("cat")};
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("cat"));
   sbx_agent_exec_io io = {.on_output = collect, .ud = &out, .stdin_data = "hi\n", .stdin_len = 3, .stdin_fd = -1};
   assert_int_equal(sbx_sandbox_exec(f->s, &o, &io, &code, &err), 0);
   assert_int_equal(code, 0);
@@ -95,7 +96,7 @@ static void test_exec_stdin(void **state) {
   assert_int_equal(write(pfd[1], "one\ntwo\n", 8), 8);
   close(pfd[1]);
   sbx_buf_reset(&out);
-  sbx_exec_opts o2 = {.argv = ARGV("wc", "-l")};
+  sbx_exec_opts o2 = SBX_EXEC_OPTS_INIT(.argv = ARGV("wc", "-l"));
   sbx_agent_exec_io io2 = {.on_output = collect, .ud = &out, .stdin_fd = pfd[0]};
   assert_int_equal(sbx_sandbox_exec(f->s, &o2, &io2, &code, &err), 0);
   close(pfd[0]);
@@ -122,7 +123,7 @@ static void test_exec_100mib_bounded(void **state) {
   int code = -5;
   sbx_error err;
   long before = maxrss_kib();
-  sbx_exec_opts o = {.argv = ARGV("head", "-c", "104857600", "/dev/zero")};
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("head", "-c", "104857600", "/dev/zero"));
   sbx_agent_exec_io io = {.on_output = count, .ud = &total, .stdin_fd = -1};
   assert_int_equal(sbx_sandbox_exec(f->s, &o, &io, &code, &err), 0);
   assert_int_equal(code, 0);
@@ -139,7 +140,7 @@ static void test_reuse_and_redial(void **state) {
   uint64_t d0 = sbx_sandbox_dials(f->s);
   for (int i = 0; i < 100; i++) {
     int code = -5;
-    sbx_exec_opts o = {.argv = ARGV("true")};
+    sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("true"));
     assert_int_equal(sbx_sandbox_run(f->s, &o, NULL, NULL, &code, &err), 0);
     assert_int_equal(code, 0);
   }
@@ -152,7 +153,7 @@ static void test_reuse_and_redial(void **state) {
   silkd_start(&silkd);
   uint64_t d1 = sbx_sandbox_dials(f->s);
   int code = -5;
-  sbx_exec_opts o = {.argv = ARGV("true")};
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("true"));
   assert_int_equal(sbx_sandbox_run(f->s, &o, NULL, NULL, &code, &err), 0);
   assert_int_equal(sbx_sandbox_dials(f->s), d1 + 1);
 }
@@ -223,7 +224,7 @@ static void test_processes(void **state) {
   fixture *f = *state;
   sbx_error err;
   uint32_t pid = 0;
-  sbx_exec_opts o = {.argv = ARGV("sh", "-c", "echo started; exec sleep 600")};
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("sh", "-c", "echo started; exec sleep 600"));
   assert_int_equal(sbx_sandbox_spawn(f->s, &o, &pid, &err), 0);
   assert_true(pid > 0);
   sbx_wire_resp ps;

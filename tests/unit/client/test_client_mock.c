@@ -157,12 +157,12 @@ static void test_claim_follows_redirect(void **state) {
   node_start(&entry, entry_redirects);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", entry.port);
-  sbx_client_opts o = {.addr = addr, .token = "node-token"};
+  sbx_client_opts o = SBX_CLIENT_OPTS_INIT(.addr = addr, .token = "node-token");
   sbx_client *c;
   sbx_sandbox *s;
   sbx_error err;
   assert_int_equal(sbx_client_new(&o, &c, &err), 0);
-  sbx_claim_opts co = {.template_ = "host", .ttl_seconds = 60};
+  sbx_claim_opts co = SBX_CLAIM_OPTS_INIT(.template_ = "host", .ttl_seconds = 60);
   if (sbx_client_claim(c, &co, &s, &err) < 0) fail_msg("claim: %s", err.msg);
   assert_string_equal(sbx_sandbox_id(s), "sb_00000000000000b0");
   char want[64];
@@ -242,7 +242,7 @@ static void test_errors_and_lookup(void **state) {
   node_start(&entry, entry_misc);
   char addr[64];
   snprintf(addr, sizeof addr, "http://127.0.0.1:%d", entry.port);
-  sbx_client_opts o = {.addr = addr, .token = "node-token"};
+  sbx_client_opts o = SBX_CLIENT_OPTS_INIT(.addr = addr, .token = "node-token");
   sbx_client *c;
   sbx_sandbox *s;
   sbx_error err;
@@ -289,7 +289,7 @@ static void test_agent_upgrade(void **state) {
   node_start(&entry, agent_node);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", entry.port);
-  sbx_client_opts o = {.addr = addr};
+  sbx_client_opts o = SBX_CLIENT_OPTS_INIT(.addr = addr);
   sbx_client *c;
   sbx_sandbox *s;
   sbx_error err;
@@ -408,7 +408,7 @@ static void test_https(void **state) {
 
   char addr[64];
   snprintf(addr, sizeof addr, "https://127.0.0.1:%d", t.port);
-  sbx_client_opts o = {.addr = addr, .tls_ca_file = cert};
+  sbx_client_opts o = SBX_CLIENT_OPTS_INIT(.addr = addr, .tls_ca_file = cert);
   sbx_client *c;
   sbx_sandbox *s;
   sbx_error err;
@@ -428,7 +428,7 @@ static void test_https(void **state) {
   sbx_client_free(c);
 
   /* without the CA the certificate is refused, on both planes */
-  sbx_client_opts o2 = {.addr = addr};
+  sbx_client_opts o2 = SBX_CLIENT_OPTS_INIT(.addr = addr);
   assert_int_equal(sbx_client_new(&o2, &c, &err), 0);
   assert_true(sbx_client_info(c, &ni, &err) < 0);
   assert_int_equal(sbx_client_attach(c, "sb_0000000000000004", "tok", NULL, &s, &err), 0);

@@ -42,7 +42,7 @@ static int setup(void **state) {
   setenv("XDG_STATE_HOME", state_dir, 1);
   setenv("SANDBOXD_ADDR", addr, 1);
   setenv("SANDBOXD_TOKEN", ROOT, 1);
-  sbx_client_opts o = {.addr = addr, .token = ROOT};
+  sbx_client_opts o = SBX_CLIENT_OPTS_INIT(.addr = addr, .token = ROOT);
   sbx_error err;
   return sbx_client_new(&o, &C, &err);
 }
@@ -61,7 +61,7 @@ static int teardown(void **state) {
 static sbx_sandbox *claim(void) {
   sbx_sandbox *s = NULL;
   sbx_error err;
-  sbx_claim_opts o = {.template_ = "host", .ttl_seconds = 600, .claim_ref = "client-test"};
+  sbx_claim_opts o = SBX_CLAIM_OPTS_INIT(.template_ = "host", .ttl_seconds = 600, .claim_ref = "client-test");
   if (sbx_client_claim(C, &o, &s, &err) < 0) {
     sbxd_drain_log(&P);
     sbxd_dump_log(&P);
@@ -83,13 +83,13 @@ static void test_claim_exec_release(void **state) {
   sbx_buf out = SBX_BUF_INIT(1 << 20), errb = SBX_BUF_INIT(1 << 20);
   sbx_error err;
   int code = -5;
-  sbx_exec_opts o = {.argv = ARGV("sh", "-c", "echo out; echo err >&2; exit 3")};
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("sh", "-c", "echo out; echo err >&2; exit 3"));
   if (sbx_sandbox_run(s, &o, &out, &errb, &code, &err) < 0) fail_msg("run: %s", err.msg);
   assert_int_equal(code, 3);
   assert_string_equal(out.ptr, "out\n");
   assert_string_equal(errb.ptr, "err\n");
   sbx_buf_reset(&out);
-  sbx_exec_opts o2 = {.argv = ARGV("cat")};
+  sbx_exec_opts o2 = SBX_EXEC_OPTS_INIT(.argv = ARGV("cat"));
   sbx_agent_exec_io io = {
       .on_output = collect, .ud = &out, .stdin_data = "through the relay\n", .stdin_len = 18, .stdin_fd = -1};
   assert_int_equal(sbx_sandbox_exec(s, &o2, &io, &code, &err), 0);
@@ -123,7 +123,7 @@ static void test_claim_exec_release(void **state) {
   sbx_sandbox *wrong = NULL;
   assert_int_equal(sbx_client_attach(C, sbx_sandbox_id(s), "00000000000000000000000000000000", NULL, &wrong, &err),
                    0);
-  sbx_exec_opts t = {.argv = ARGV("true")};
+  sbx_exec_opts t = SBX_EXEC_OPTS_INIT(.argv = ARGV("true"));
   assert_int_equal(sbx_sandbox_run(wrong, &t, NULL, NULL, &code, &err), SBX_E_REMOTE);
   assert_int_equal(sbx_client_error_kind(&err), SBX_CLIENT_ERR_API);
   assert_int_equal(err.detail, 404);
@@ -162,7 +162,7 @@ static void test_reuse_through_relay(void **state) {
   sbx_sandbox *s = claim();
   sbx_error err;
   int code;
-  sbx_exec_opts o = {.argv = ARGV("true")};
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("true"));
   assert_int_equal(sbx_sandbox_run(s, &o, NULL, NULL, &code, &err), 0); /* first dial, parked after */
   int before = sockets_to_port(P.port);
   uint64_t d0 = sbx_sandbox_dials(s);
@@ -194,7 +194,7 @@ static void test_100mib_through_relay(void **state) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   long before = ru.ru_maxrss;
-  sbx_exec_opts o = {.argv = ARGV("head", "-c", "104857600", "/dev/zero")};
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("head", "-c", "104857600", "/dev/zero"));
   sbx_agent_exec_io io = {.on_output = count, .ud = &total, .stdin_fd = -1};
   if (sbx_sandbox_exec(s, &o, &io, &code, &err) < 0) fail_msg("exec: %s", err.msg);
   assert_int_equal(code, 0);

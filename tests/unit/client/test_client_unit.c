@@ -15,6 +15,8 @@
 
 #include <sandbox/client.h>
 
+#include "client/client_priv.h"
+
 static void test_addr_forms(void **state) {
   (void)state;
   sbx_addr a;
@@ -89,7 +91,7 @@ static void test_header_values(void **state) {
   /* refused before any I/O: the entry is a port nobody listens on, and a
    * bad id or token never gets as far as a dial */
   sbx_client *c;
-  sbx_client_opts o = {.addr = "127.0.0.1:1"};
+  sbx_client_opts o = SBX_CLIENT_OPTS_INIT(.addr = "127.0.0.1:1");
   assert_int_equal(sbx_client_new(&o, &c, &err), 0);
   sbx_sandbox *s = NULL;
   assert_int_equal(sbx_client_attach(c, "sb_1\r\n", "tok", NULL, &s, &err), SBX_E_INVAL);
@@ -98,18 +100,18 @@ static void test_header_values(void **state) {
   assert_int_equal(sbx_client_lookup(c, "sb_1\r", "tok", &s, &err), SBX_E_INVAL);
   assert_null(s);
   sbx_client_free(c);
-  sbx_client_opts bad = {.addr = "127.0.0.1:1", .token = "a\r\nb"};
+  sbx_client_opts bad = SBX_CLIENT_OPTS_INIT(.addr = "127.0.0.1:1", .token = "a\r\nb");
   assert_int_equal(sbx_client_new(&bad, &c, &err), SBX_E_INVAL);
 }
 
 static void test_claim_decode(void **state) {
   (void)state;
-  sbx_claim_result r;
-  sbx_redirect red;
+  sbxi_claim_result r;
+  sbxi_redirect red;
   sbx_error err;
   const char *ok = "{\"id\":\"sb_9f2c4e7a1b3d5f60\",\"token\":\"3c1f0e9a8b7d6c5e4f3a2b1c0d9e8f7a\","
                    "\"deadline\":\"2026-01-01T12:10:00Z\",\"owner_addr\":\"10.0.0.5:7777\",\"future\":{\"x\":1}}";
-  assert_int_equal(sbx_client_parse_claim(ok, strlen(ok), &r, &red, &err), 0);
+  assert_int_equal(sbxi_client_parse_claim(ok, strlen(ok), &r, &red, &err), 0);
   assert_int_equal(red.len, 0);
   assert_string_equal(r.id, "sb_9f2c4e7a1b3d5f60");
   assert_string_equal(r.token, "3c1f0e9a8b7d6c5e4f3a2b1c0d9e8f7a");
@@ -117,16 +119,16 @@ static void test_claim_decode(void **state) {
   assert_string_equal(r.template_digest, "");
 
   const char *redir = "{\"redirect\":[\"10.0.0.6:7777\",\"https://n7\"],\"require_promoted\":true}";
-  assert_int_equal(sbx_client_parse_claim(redir, strlen(redir), &r, &red, &err), 0);
+  assert_int_equal(sbxi_client_parse_claim(redir, strlen(redir), &r, &red, &err), 0);
   assert_int_equal(red.len, 2);
   assert_string_equal(red.addrs[1], "https://n7");
   assert_true(red.require_promoted);
-  sbx_redirect_free(&red);
+  sbxi_redirect_free(&red);
 
   const char *bad[] = {"", "[]", "{}", "{\"id\":\"sb_1\"}", "{\"id\":1,\"token\":\"t\"}", "{\"redirect\":\"x\"}",
                        "{\"redirect\":[]}", "{\"redirect\":[1]}", "{\"id\":\"a\",\"token\":\"b\"} x", NULL};
   for (int i = 0; bad[i]; i++) {
-    if (sbx_client_parse_claim(bad[i], strlen(bad[i]), &r, &red, &err) >= 0) fail_msg("accepted %s", bad[i]);
+    if (sbxi_client_parse_claim(bad[i], strlen(bad[i]), &r, &red, &err) >= 0) fail_msg("accepted %s", bad[i]);
     assert_int_equal(red.len, 0);
   }
 }
@@ -191,13 +193,13 @@ static void test_tar_roundtrip(void **state) {
   sbx_buf tar = SBX_BUF_INIT(64 << 20);
   sbx_error err;
   snprintf(p, sizeof p, "%s/tree/", dir); /* a trailing slash names the same tree */
-  if (sbx_tar_pack(p, to_buf, &tar, &err) < 0) fail_msg("pack: %s", err.msg);
+  if (sbxi_tar_pack(p, to_buf, &tar, &err) < 0) fail_msg("pack: %s", err.msg);
   assert_true(tar.len >= 1024);
 
   snprintf(q, sizeof q, "%s/out", dir);
   assert_int_equal(mkdir(q, 0755), 0);
   src s = {tar.ptr, tar.len, 100}; /* odd piece size: boundaries carry no meaning */
-  if (sbx_tar_unpack(from_buf, &s, q, &err) < 0) fail_msg("unpack: %s", err.msg);
+  if (sbxi_tar_unpack(from_buf, &s, q, &err) < 0) fail_msg("unpack: %s", err.msg);
   struct stat st;
   snprintf(p, sizeof p, "%s/out/tree/x.sh", dir);
   assert_int_equal(lstat(p, &st), 0);
@@ -243,7 +245,7 @@ static void test_tar_unsafe(void **state) {
   assert_non_null(mkdtemp(dir));
   src s = {blk, sizeof blk, sizeof blk};
   sbx_error err;
-  assert_true(sbx_tar_unpack(from_buf, &s, dir, &err) < 0);
+  assert_true(sbxi_tar_unpack(from_buf, &s, dir, &err) < 0);
   char p[512];
   snprintf(p, sizeof p, "%s/../evil", dir);
   assert_int_not_equal(access(p, F_OK), 0);

@@ -24,6 +24,9 @@
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
 
+#include "core/env.h"
+#include "driver/driver_internal.h"
+
 #define JT_STATE "/tmp/sbx-jail-tests"
 
 typedef struct jt {
@@ -87,21 +90,21 @@ static inline int jt_open(jt *t) {
   memset(t, 0, sizeof *t);
   snprintf(t->run_dir, sizeof t->run_dir, JT_STATE "/run-%d", (int)getpid());
   snprintf(t->cgroup, sizeof t->cgroup, "sandbox-test-%d", (int)getpid());
-  sbx_driver_config cfg = {
+  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(
       .templates_dir = JT_STATE "/templates",
       .goldens_dir = JT_STATE "/goldens",
       .run_dir = t->run_dir,
       .silkd_path = SBX_BUILD_BIN_DIR "/silkd",
-      .cgroup_name = t->cgroup,
-  };
+      .cgroup_name = t->cgroup);
   if (access(cfg.silkd_path, X_OK) != 0) cfg.silkd_path = NULL;
+  sbxi_env_apply(&cfg); /* as the programs do: SBX_JAIL_ZYGOTE=0 and the rest */
   sbx_error err = {0};
   int rc = sbx_driver_open("jail", &cfg, &t->drv, &err);
   if (rc < 0) {
     fprintf(stderr, "driver open: %s\n", err.msg);
     return rc;
   }
-  sbx_template_spec ts = {.name = "host"};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = "host");
   if ((rc = sbx_template_prepare(t->drv, &ts, &t->tpl, &err)) < 0) {
     fprintf(stderr, "template: %s\n", err.msg);
     return rc;
@@ -143,9 +146,8 @@ static inline int jt_start(jt *t, const char *id, const char *size, const char *
   sbx_clone_spec_init(&spec);
   spec.id = id;
   spec.size = size ? sbx_size_tier_get(size) : NULL;
-  spec.init_argv = argv;
   spec.stdio[1] = spec.stdio[2] = p[1];
-  int rc = sbx_sandbox_clone(t->drv, t->golden, &spec, s, err);
+  int rc = sbxi_sandbox_clone_init(t->drv, t->golden, &spec, argv, NULL, s, err);
   if (p[1] >= 0) close(p[1]);
   if (out_fd) *out_fd = rc < 0 ? (close(p[0]), -1) : p[0];
   return rc;
@@ -230,13 +232,12 @@ static inline int jt_open_with_agent(jt *t) {
   if (rc < 0) return rc;
   /* reopen with this very program as the agent */
   sbx_driver_close(t->drv);
-  sbx_driver_config cfg = {
+  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(
       .templates_dir = JT_STATE "/templates",
       .goldens_dir = JT_STATE "/goldens",
       .run_dir = t->run_dir,
       .silkd_path = "/proc/self/exe",
-      .cgroup_name = t->cgroup,
-  };
+      .cgroup_name = t->cgroup);
   sbx_error err = {0};
   rc = sbx_driver_open("jail", &cfg, &t->drv, &err);
   if (rc < 0) fprintf(stderr, "driver open: %s\n", err.msg);

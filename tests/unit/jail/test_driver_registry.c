@@ -14,6 +14,7 @@
 
 #include <sandbox/driver.h>
 
+#include "driver/driver_internal.h"
 #include "driver/kvm.h"
 
 static void test_tiers_match_spec(void **state) {
@@ -98,8 +99,8 @@ static void test_clone_spec_defaults(void **state) {
   sbx_clone_spec s;
   memset(&s, 0x5a, sizeof s);
   sbx_clone_spec_init(&s);
+  assert_int_equal(s.struct_size, sizeof s);
   assert_null(s.id);
-  assert_null(s.init_argv);
   assert_int_equal(s.net, SBX_NET_NONE);
   for (int i = 0; i < 3; i++) assert_int_equal(s.stdio[i], -1);
 }

@@ -185,7 +185,7 @@ static void test_golden_with_warmup(void **state) {
   const char *warmup[] = {"/bin/sh", "-c", "echo warm > /etc/sbx-golden-marker && mkdir -p /opt/warm", NULL};
   char key[64];
   snprintf(key, sizeof key, "test-%d", (int)getpid());
-  sbx_golden_spec gs = {.key = key, .warmup = warmup};
+  sbx_golden_spec gs = SBX_GOLDEN_SPEC_INIT(.key = key, .warmup = warmup);
   sbx_golden *g = NULL;
   assert_int_equal(sbx_golden_build(T.drv, T.tpl, &gs, &g, &err), 0);
   sbx_golden *saved = T.golden;
@@ -199,14 +199,14 @@ static void test_golden_with_warmup(void **state) {
   /* a second build adopts the existing golden instead of rebuilding */
   sbx_golden *g2 = NULL;
   const char *fail_warmup[] = {"/bin/false", NULL};
-  sbx_golden_spec gs2 = {.key = key, .warmup = fail_warmup};
+  sbx_golden_spec gs2 = SBX_GOLDEN_SPEC_INIT(.key = key, .warmup = fail_warmup);
   assert_int_equal(sbx_golden_build(T.drv, T.tpl, &gs2, &g2, &err), 0);
   sbx_golden_release(T.drv, g2);
   sbx_golden_release(T.drv, g);
   /* a failing warmup leaves no golden behind */
   char key2[64];
   snprintf(key2, sizeof key2, "test-fail-%d", (int)getpid());
-  sbx_golden_spec gs3 = {.key = key2, .warmup = fail_warmup};
+  sbx_golden_spec gs3 = SBX_GOLDEN_SPEC_INIT(.key = key2, .warmup = fail_warmup);
   assert_int_equal(sbx_golden_build(T.drv, T.tpl, &gs3, &g2, &err), SBX_E_REMOTE);
   char p[256];
   snprintf(p, sizeof p, JT_STATE "/goldens/%s", key2);
@@ -239,7 +239,9 @@ static void test_reconcile_adopts_and_removes(void **state) {
   pid_t drop_pid = sbx_instance_pid(drop);
   /* a second driver over the same directories plays the restarted host */
   sbx_driver *d2 = NULL;
-  sbx_driver_config cfg = {.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens", .run_dir = T.run_dir, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup};
+  sbx_driver_config cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
+                             .run_dir = T.run_dir, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
   assert_int_equal(sbx_driver_open("jail", &cfg, &d2, &err), 0);
   adopted_seen = 0;
   assert_int_equal(sbx_driver_reconcile(d2, decide, (void *)"lc-keep", &err), 1);
@@ -277,8 +279,9 @@ static void test_reconcile_spares_foreign_jails(void **state) {
   char other_run[160];
   snprintf(other_run, sizeof other_run, "%s-other", T.run_dir);
   sbx_driver *d2 = NULL;
-  sbx_driver_config cfg = {.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
-                           .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup};
+  sbx_driver_config cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
+                             .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
   assert_int_equal(sbx_driver_open("jail", &cfg, &d2, &err), 0);
   int seen = 0;
   assert_int_equal(sbx_driver_reconcile(d2, adopt_nothing, &seen, &err), 0);
@@ -319,8 +322,9 @@ static void test_namespace_pool_released_on_close(void **state) {
   sbx_driver *d2 = NULL;
   char other_run[160];
   snprintf(other_run, sizeof other_run, "%s-pool", T.run_dir);
-  sbx_driver_config cfg = {.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
-                           .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup};
+  sbx_driver_config cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = JT_STATE "/templates", .goldens_dir = JT_STATE "/goldens",
+                             .run_dir = other_run, .silkd_path = "/proc/self/exe", .cgroup_name = T.cgroup);
   assert_int_equal(sbx_driver_open("jail", &cfg, &d2, &err), 0);
   assert_true(count_ns_fds() > ns0); /* the stock is there */
   sbx_driver_close(d2);
@@ -356,9 +360,8 @@ static void test_failed_clone_leaves_nothing(void **state) {
   sbx_clone_spec spec;
   sbx_clone_spec_init(&spec);
   spec.id = "lc-fail";
-  spec.init_argv = argv;
   sbx_instance *s = NULL;
-  assert_int_equal(sbx_sandbox_clone(T.drv, T.golden, &spec, &s, &err), SBX_E_NOTFOUND);
+  assert_int_equal(sbxi_sandbox_clone_init(T.drv, T.golden, &spec, argv, NULL, &s, &err), SBX_E_NOTFOUND);
   assert_int_equal(err.os_errno, ENOENT);
   assert_non_null(strstr(err.msg, "exec"));
   assert_null(s);

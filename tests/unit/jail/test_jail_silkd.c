@@ -197,7 +197,7 @@ static void test_directory_template(void **state) {
   assert_int_equal(mknod(node, S_IFCHR | 0666, makedev(1, 3)), 0);
   char name[64];
   snprintf(name, sizeof name, "dirtpl-%d", (int)getpid());
-  sbx_template_spec ts = {.name = name, .path = root};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = name, .path = root);
   sbx_template *t = NULL;
   assert_int_equal(sbx_template_prepare(T.drv, &ts, &t, &err), 0);
   sbx_golden *g = NULL;
@@ -270,7 +270,7 @@ static void test_archive_template(void **state) {
                 "f(\"./etc/motd.link\",type=tarfile.SYMTYPE,linkname=\"motd\")\n"
                 "f(\"./etc/motd.hard\",type=tarfile.LNKTYPE,linkname=\"./etc/motd\")\n"
                 "f(\"./dev/console\",type=tarfile.CHRTYPE,devmajor=5,devminor=1)");
-  sbx_template_spec ts = {.name = name, .archive = tar};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = name, .archive = tar);
   sbx_template *t = NULL;
   assert_int_equal(sbx_template_prepare(T.drv, &ts, &t, &err), 0);
   char rootfs[256];
@@ -299,7 +299,7 @@ static void test_archive_template(void **state) {
   /* unsafe archives are refused whole and leave no template */
   char bad[64];
   snprintf(bad, sizeof bad, "bad-%d", (int)getpid());
-  sbx_template_spec bs = {.name = bad, .archive = tar};
+  sbx_template_spec bs = SBX_TEMPLATE_SPEC_INIT(.name = bad, .archive = tar);
   make_tar(tar, "f(\"ok\",b\"x\")\nf(\"../evil\",b\"x\")");
   assert_int_equal(sbx_template_prepare(T.drv, &bs, &t, &err), SBX_E_PARSE);
   assert_non_null(strstr(err.msg, "../evil"));

@@ -28,6 +28,7 @@
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
 
+#include "core/env.h"
 #include "driver/kvm.h"
 #include "driver/qemu/qemu.h"
 
@@ -74,15 +75,15 @@ static int setup(void **state) {
   static const char *const envs[] = {"SBX_QEMU", "SBX_GUEST_DIR", "SBX_GUEST_BUILDER", "SBX_QEMU_ACCEL",
                                      "SBX_QEMU_RESTORE", "SBX_QEMU_AGENT"};
   for (size_t i = 0; i < sizeof envs / sizeof *envs; i++) unsetenv(envs[i]);
-  sbx_driver_config cfg = {.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
-                           .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_guest_dir = guest_dir,
-                           .qemu_accel = accel};
+  sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir,
+                                                 .run_dir = run_dir, .silkd_path = SBX_BUILD_BIN_DIR "/silkd",
+                                                 .qemu_guest_dir = guest_dir, .qemu_accel = accel);
   sbx_error err = {0};
   if (sbx_driver_open("qemu", &cfg, &drv, &err) < 0) {
     fprintf(stderr, "driver open: %s\n", err.msg);
     return -1;
   }
-  sbx_template_spec ts = {.name = "host"};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = "host");
   if (sbx_template_prepare(drv, &ts, &tpl, &err) < 0) {
     fprintf(stderr, "template: %s\n", err.msg);
     return -1;
@@ -314,7 +315,7 @@ static void test_dir_template(void **state) {
   assert_int_equal(sh(cmd), 0);
   sbx_error err = {0};
   sbx_template *t = NULL;
-  sbx_template_spec ts = {.name = "tiny", .path = root};
+  sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = "tiny", .path = root);
   if (sbx_template_prepare(drv, &ts, &t, &err) < 0) fail_msg("template: %s", err.msg);
   char img[256];
   snprintf(img, sizeof img, "%s/tiny/root.ext4", tpl_dir);
@@ -328,7 +329,7 @@ static void test_dir_template(void **state) {
 
   sbx_golden *g = NULL;
   static const char *const warm[] = {"/bin/sh", "-c", "echo warm > /root/warm", NULL};
-  sbx_golden_spec gs = {.key = "tiny-small", .warmup = warm};
+  sbx_golden_spec gs = SBX_GOLDEN_SPEC_INIT(.key = "tiny-small", .warmup = warm);
   if (sbx_golden_build(drv, t, &gs, &g, &err) < 0) fail_msg("golden: %s", err.msg);
   sbx_clone_spec cs;
   sbx_clone_spec_init(&cs);
@@ -367,9 +368,10 @@ static void test_restore_modes(void **state) {
   char ram[300];
   snprintf(ram, sizeof ram, "%s/ram", golden->dir);
   assert_int_equal(access(ram, R_OK), 0); /* the group's golden is mmap */
-  sbx_driver_config cfg = {.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
-                           .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_guest_dir = guest_dir,
-                           .qemu_accel = accel, .qemu_restore_mode = "copy"};
+  sbx_driver_config cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
+                             .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_guest_dir = guest_dir,
+                             .qemu_accel = accel, .qemu_restore_mode = "copy");
   sbx_error err = {0};
   sbx_driver *d = NULL;
   int rc = sbx_driver_open("qemu", &cfg, &d, &err);
@@ -421,8 +423,8 @@ static void test_sbxctl_local_run(void **state) {
 }
 
 /* The driver's settings come from sbx_driver_config (sandboxd's "qemu"
- * object); bad values are refused at open, each environment variable
- * overrides its field, and "auto" follows the KVM probe. A configured
+ * object); bad values are refused at open, the programs let each
+ * environment variable override its field (the library reads none), and "auto" follows the KVM probe. A configured
  * kernel and initrd are taken as built (no builder), so these opens boot
  * nothing. */
 static void test_options(void **state) {
@@ -430,9 +432,9 @@ static void test_options(void **state) {
   char kernel[256], initrd[256];
   snprintf(kernel, sizeof kernel, "%s/vmlinuz", guest_dir);
   snprintf(initrd, sizeof initrd, "%s/initramfs.cpio.gz", guest_dir);
-  sbx_driver_config base_cfg = {.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
-                                .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_kernel = kernel,
-                                .qemu_initrd = initrd};
+  sbx_driver_config base_cfg =
+      SBX_DRIVER_CONFIG_INIT(.templates_dir = tpl_dir, .goldens_dir = gold_dir, .run_dir = run_dir,
+                             .silkd_path = SBX_BUILD_BIN_DIR "/silkd", .qemu_kernel = kernel, .qemu_initrd = initrd);
   static const struct {
     const char *accel, *restore, *agent, *guest, *binary;
     int code;
@@ -481,12 +483,20 @@ static void test_options(void **state) {
   assert_int_equal(qd->agent, QEMU_AGENT_TCP);
   sbx_driver_close(d);
 
-  /* each environment variable overrides its field */
+  /* the library reads no environment: a set variable changes nothing */
   setenv("SBX_QEMU_ACCEL", "tcg", 1);
   setenv("SBX_QEMU_RESTORE", "mmap", 1);
   cfg = base_cfg;
+  cfg.qemu_restore_mode = "copy";
+  if (sbx_driver_open("qemu", &cfg, &d, &err) < 0) fail_msg("open: %s", err.msg);
+  assert_int_equal(((qemu_driver *)d)->restore, QEMU_RESTORE_COPY);
+  sbx_driver_close(d);
+
+  /* the programs' helper lets each variable override its field */
+  cfg = base_cfg;
   cfg.qemu_accel = "kvm";
   cfg.qemu_restore_mode = "copy";
+  sbxi_env_apply(&cfg);
   int rc = sbx_driver_open("qemu", &cfg, &d, &err);
   unsetenv("SBX_QEMU_ACCEL");
   unsetenv("SBX_QEMU_RESTORE");

@@ -21,6 +21,8 @@
 #include <sandbox/core.h>
 #include <sandbox/pool.h>
 
+#include "pool/secret.h"
+
 struct fake {
   pthread_mutex_t mu;
   int made, destroyed, forgotten, prepared;
@@ -71,7 +73,7 @@ static sbx_pool_mgr *M;
 static int setup(void **state) {
   memset(&F, 0, sizeof F);
   pthread_mutex_init(&F.mu, NULL);
-  sbx_pool_provider p = {f_prepare, f_provision, f_destroy, f_forget, &F};
+  sbx_pool_provider p = SBX_POOL_PROVIDER_INIT(f_prepare, f_provision, f_destroy, f_forget, &F);
   return sbx_pool_mgr_new(&p, 2, &M, NULL);
 }
 
@@ -114,7 +116,7 @@ static void settle(void) {
 }
 
 static void set1(const char *t, int warm, int warm_max) {
-  sbx_pool_conf c = {.key = key(t), .warm = warm, .warm_max = warm_max};
+  sbx_pool_conf c = SBX_POOL_CONF_INIT(.key = key(t), .warm = warm, .warm_max = warm_max);
   assert_int_equal(sbx_pool_mgr_set_pools(M, &c, 1, NULL), 0);
 }
 
@@ -179,7 +181,8 @@ static void test_drain_and_retune(void **state) {
   settle();
   assert_int_equal(stat_of("host").warm, 2);
   /* Retune: host omitted (its warm ones destroyed), b added. */
-  sbx_pool_conf c[2] = {{.key = key("b"), .warm = 1}, {.key = key("c"), .warm = 0}};
+  sbx_pool_conf c[2] = {SBX_POOL_CONF_INIT(.key = key("b"), .warm = 1),
+                        SBX_POOL_CONF_INIT(.key = key("c"), .warm = 0)};
   assert_int_equal(sbx_pool_mgr_set_pools(M, c, 2, NULL), 0);
   settle();
   assert_int_equal(stat_of("host").warm, -1);
@@ -187,7 +190,8 @@ static void test_drain_and_retune(void **state) {
   assert_int_equal(stat_of("c").warm, 0);
   assert_int_equal(F.destroyed, 4);
   /* Duplicate keys are refused and change nothing. */
-  sbx_pool_conf dup[2] = {{.key = key("d"), .warm = 1}, {.key = key("d"), .warm = 1}};
+  sbx_pool_conf dup[2] = {SBX_POOL_CONF_INIT(.key = key("d"), .warm = 1),
+                          SBX_POOL_CONF_INIT(.key = key("d"), .warm = 1)};
   assert_int_equal(sbx_pool_mgr_set_pools(M, dup, 2, NULL), SBX_E_INVAL);
   assert_int_equal(stat_of("b").warm, 1);
 }
@@ -296,7 +300,7 @@ static void test_shutdown_forgets_warm(void **state) {
   sbx_pool_mgr_free(M);
   assert_int_equal(F.forgotten, 2);
   assert_int_equal(F.destroyed, 0);
-  sbx_pool_provider p = {f_prepare, f_provision, f_destroy, f_forget, &F};
+  sbx_pool_provider p = SBX_POOL_PROVIDER_INIT(f_prepare, f_provision, f_destroy, f_forget, &F);
   assert_int_equal(sbx_pool_mgr_new(&p, 2, &M, NULL), 0);
 }
 
@@ -433,13 +437,13 @@ static void test_leases(void **state) {
 }
 
 static void test_secret_eq(void **state) {
-  assert_true(sbx_secret_eq("abc", "abc"));
-  assert_false(sbx_secret_eq("abc", "abd"));
-  assert_false(sbx_secret_eq("abc", "abcd"));
-  assert_false(sbx_secret_eq("", "a"));
-  assert_true(sbx_secret_eq("", ""));
+  assert_true(sbxi_secret_eq("abc", "abc"));
+  assert_false(sbxi_secret_eq("abc", "abd"));
+  assert_false(sbxi_secret_eq("abc", "abcd"));
+  assert_false(sbxi_secret_eq("", "a"));
+  assert_true(sbxi_secret_eq("", ""));
   char h[33];
-  assert_int_equal(sbx_random_hex(h, 16, NULL), 0);
+  assert_int_equal(sbxi_random_hex(h, 16, NULL), 0);
   assert_int_equal(strspn(h, "0123456789abcdef"), 32);
 }
 
