@@ -163,14 +163,9 @@ int journal_begin(struct sbxd *d, struct jmark *m, sbx_error *err) {
 }
 
 void journal_abort(struct sbxd *d, const struct jmark *m, const sbx_error *err) {
-  if (d->log_size != m->log_size || d->log_torn) {
-    if (ftruncate(d->log_fd, m->log_size) < 0) d->log_torn = true;
-    else d->log_torn = false;
-  }
-  if (d->usage_size != m->usage_size || d->usage_torn) {
-    if (ftruncate(d->usage_fd, m->usage_size) < 0) d->usage_torn = true;
-    else d->usage_torn = false;
-  }
+  /* Always both: the failed append's bytes are not counted in the sizes. */
+  d->log_torn = ftruncate(d->log_fd, m->log_size) < 0;
+  d->usage_torn = ftruncate(d->usage_fd, m->usage_size) < 0;
   d->log_size = m->log_size;
   d->usage_size = m->usage_size;
   d->log_records = m->log_records;

@@ -9,7 +9,7 @@
 #define ACME "acme-token-0123456789abcdef0123456789"
 #define BETA "beta-token-0123456789abcdef0123456789"
 
-static const char *CONFIG =
+__attribute__((unused)) static const char *CONFIG =
     "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\",\"api_token\":\"" ROOT "\","
     "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"tenants\":[{\"name\":\"acme\",\"token\":\"" ACME "\",\"max_claims\":3},"
     "{\"name\":\"beta\",\"token\":\"" BETA "\"}],"
@@ -17,14 +17,14 @@ static const char *CONFIG =
 
 static struct sbxd_proc P;
 
-static int setup(void **state) {
+__attribute__((unused)) static int setup(void **state) {
   sbxd_prepare(&P, CONFIG);
   return sbxd_start(&P);
 }
 
 /* A clean SIGTERM exit is part of every test: under ASan it also means
  * the daemon ran without memory errors or leaks. */
-static int teardown(void **state) {
+__attribute__((unused)) static int teardown(void **state) {
   int rc = sbxd_stop(&P, SIGTERM);
   sbxd_jail_cleanup(&P);
   if (rc != 0) fprintf(stderr, "sandboxd exited with %d\n", rc);
@@ -60,5 +60,6 @@ __attribute__((unused)) static void release(const struct claim *c) {
   char path[128];
   snprintf(path, sizeof path, "/v1/sandboxes/%s/release", c->id);
   assert_int_equal(sbxd_status(P.port, "POST", path, c->token, NULL), 204);
+}
 
 #endif

@@ -16,7 +16,6 @@
 #include "sbxd_test.h"
 
 #include "sbxd_api_fixture.h"
-}
 
 static void test_version_and_bad_configs(void **state) {
   char out[4096];

@@ -15,7 +15,6 @@
 #include "sbxd_test.h"
 
 #include "sbxd_api_fixture.h"
-}
 
 /* Warm count of the pool of template "host" and this size; -1 if none. */
 static int pool_warm(const char *size) {
