@@ -191,7 +191,9 @@ int main(int argc, char **argv) {
   char warn[300];
   if (config_exposure_warning(d->cfg, warn, sizeof warn)) sbx_warn("%s", warn);
   if (check_only) {
-    printf("config ok\n");
+    const char *h = d->cfg->listen_host;
+    printf("config ok: listen %s%s%s:%d, %s mode\n", strchr(h, ':') ? "[" : "", h[0] ? h : "0.0.0.0",
+           strchr(h, ':') ? "]" : "", d->cfg->listen_port, d->cfg->api_token ? "token" : "open");
     config_free(d->cfg);
     return 0;
   }

@@ -140,7 +140,18 @@ static inline int sbxd_check_config(const char *config_text, char *out, size_t o
   return rc;
 }
 
-/* Start the daemon on p->config; returns 0 once it printed its port. */
+static inline void sbxd_log_append(const struct sbxd_proc *p, const char *text) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/daemon.log", p->dir);
+  FILE *f = fopen(path, "a");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+/* Start the daemon on p->config; returns 0 once it printed its port. What
+ * it logged until then starts daemon.log. */
 static inline int sbxd_start(struct sbxd_proc *p) {
   int pfd[2];
   if (pipe2(pfd, O_CLOEXEC) < 0) return -1;
@@ -173,18 +184,13 @@ static inline int sbxd_start(struct sbxd_proc *p) {
     if (m) {
       p->port = atoi(m + strlen("sandboxd: ready port="));
       fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+      sbxd_log_append(p, buf);
       return 0;
     }
     if (got == sizeof buf - 1) got = 0;
   }
   fprintf(stderr, "sandboxd did not start:\n%s\n", buf);
-  char path[320];
-  snprintf(path, sizeof path, "%s/daemon.log", p->dir);
-  FILE *f = fopen(path, "a");
-  if (f) {
-    fputs(buf, f);
-    fclose(f);
-  }
+  sbxd_log_append(p, buf);
   return -1;
 }
 
