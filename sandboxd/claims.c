@@ -325,8 +325,10 @@ void reap_tick(struct sbxd *d) {
   for (size_t i = 0; i < sbx_lease_count(d->leases);) {
     sbx_lease *l = sbx_lease_at(d->leases, i);
     /* A reap the journal refuses waits for the next tick. */
+    char id[sizeof l->id];
+    memcpy(id, l->id, sizeof id);
     if (l->deadline <= now && lease_end(d, l, "reap", &err) == 0) {
-      sbx_info("reaped %s (lease expired)", l->id);
+      sbx_info("reaped %s (lease expired)", id); /* l is freed */
       d->m.reaps++;
       continue; /* removal moved another lease into slot i */
     }

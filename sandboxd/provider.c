@@ -59,7 +59,7 @@ struct inst {
 #ifdef SBX_HAVE_DRIVER
   sbx_instance *di;
 #endif
-  uint64_t oom_base; /* the cgroup's OOM kills when the watch began */
+  uint64_t oom_base; /* the cgroup's OOM kills when it was made or adopted */
 };
 
 const char *inst_name(const struct inst *s) { return s->name; }
@@ -305,6 +305,17 @@ static void inst_worker_priority(pid_t pid) {
   if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) sched_setaffinity(pid, sizeof cpus, &cpus);
 }
 
+#ifdef SBX_HAVE_DRIVER
+/* OOM kills counted so far, so that a later death is called an OOM kill
+ * only for a new one. Read here, on a worker or at adoption, to keep the
+ * cgroup reads off the claim path. */
+static void note_oom_base(struct inst *s) {
+  sbx_stats st;
+  sbx_error err;
+  if (sbx_sandbox_stats(s->di, &st, &err) == 0) s->oom_base = st.oom_kills;
+}
+#endif
+
 static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **out, sbx_error *err) {
   struct provider *p = ud;
   int rc = prepare_key(p, key, true, err);
@@ -334,6 +345,7 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
   }
   pid_t init = sbx_instance_pid(s->di);
   if (init > 0) inst_normal_priority(init);
+  note_oom_base(s);
   *out = s;
   return 0;
 #else
@@ -396,9 +408,6 @@ int inst_watch_fd(struct inst *s) {
 #ifdef SBX_HAVE_DRIVER
   int fd = s->di ? sbx_instance_pidfd(s->di) : -1;
   if (fd < 0) return -1;
-  sbx_stats st;
-  sbx_error err;
-  if (sbx_sandbox_stats(s->di, &st, &err) == 0) s->oom_base = st.oom_kills;
   /* A copy: the watch may outlive the driver's during a destroy. */
   return fcntl(fd, F_DUPFD_CLOEXEC, 0);
 #else
@@ -505,6 +514,7 @@ static bool rec_cb(void *ud, const sbx_found *found, sbx_instance *adopted) {
   struct inst *s = sbx_calloc(1, sizeof *s);
   snprintf(s->name, sizeof s->name, "%s", found->id);
   s->di = adopted;
+  note_oom_base(s);
   c->adopted(c->ud, s->name, s);
   return true;
 }

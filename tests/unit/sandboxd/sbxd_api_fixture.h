@@ -62,4 +62,33 @@ __attribute__((unused)) static void release(const struct claim *c) {
   assert_int_equal(sbxd_status(P.port, "POST", path, c->token, NULL), 204);
 }
 
+/* Warm count of the pool of template "host" and this size; -1 if none. */
+__attribute__((unused)) static int pool_warm(const char *size) {
+  struct http_resp r;
+  sbxd_http(P.port, "GET", "/v1/info", ROOT, NULL, &r);
+  json_t *v = body_json(&r);
+  int warm = -1;
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(v, "pools"), i, p) {
+    json_t *k = json_object_get(p, "key");
+    if (strcmp(json_string_value(json_object_get(k, "template")), "host") == 0 &&
+        strcmp(json_string_value(json_object_get(k, "size")), size) == 0)
+      warm = (int)json_integer_value(json_object_get(p, "warm"));
+  }
+  json_decref(v);
+  http_resp_free(&r);
+  return warm;
+}
+
+/* Poll until cond or the guard runs out (a hang guard, not a threshold). */
+__attribute__((unused)) static bool wait_warm(const char *size, int want) {
+  for (int i = 0; i < 3000; i++) {
+    if (pool_warm(size) == want) return true;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
+
 #endif

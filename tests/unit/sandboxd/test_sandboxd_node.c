@@ -1,9 +1,9 @@
 /* test_sandboxd_node: a real sandboxd with the real jail driver and silkd
  * (root), its node state: pools retuned and persisted, drain, metrics,
  * reaping and usage.jsonl, kill -9 recovery (also with sync_claims and its
- * group commit), open mode, pool warmup, SIGHUP reload, and a sandbox
- * whose silkd is killed (claimed: failed with the reason; warm: replaced).
- * The HTTP API proper is in test_sandboxd_api.c. */
+ * group commit), open mode, pool warmup and SIGHUP reload. The HTTP API
+ * proper is in test_sandboxd_api.c, failed sandboxes in
+ * test_sandboxd_failed.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,35 +15,6 @@
 #include "sbxd_test.h"
 
 #include "sbxd_api_fixture.h"
-
-/* Warm count of the pool of template "host" and this size; -1 if none. */
-static int pool_warm(const char *size) {
-  struct http_resp r;
-  sbxd_http(P.port, "GET", "/v1/info", ROOT, NULL, &r);
-  json_t *v = body_json(&r);
-  int warm = -1;
-  size_t i;
-  json_t *p;
-  json_array_foreach(json_object_get(v, "pools"), i, p) {
-    json_t *k = json_object_get(p, "key");
-    if (strcmp(json_string_value(json_object_get(k, "template")), "host") == 0 &&
-        strcmp(json_string_value(json_object_get(k, "size")), size) == 0)
-      warm = (int)json_integer_value(json_object_get(p, "warm"));
-  }
-  json_decref(v);
-  http_resp_free(&r);
-  return warm;
-}
-
-/* Poll until cond or the guard runs out (a hang guard, not a threshold). */
-static bool wait_warm(const char *size, int want) {
-  for (int i = 0; i < 3000; i++) {
-    if (pool_warm(size) == want) return true;
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  return false;
-}
 
 static void test_pools_and_drain(void **state) {
   assert_true(wait_warm("small", 2));
@@ -454,123 +425,6 @@ static void test_sighup_reload(void **state) {
   assert_int_equal(sbxd_status(P.port, "GET", "/v1/info", "new-root", NULL), 200);
 }
 
-static void pause_10ms(void) {
-  struct timespec ts = {0, 10 * 1000 * 1000};
-  nanosleep(&ts, NULL);
-}
-
-/* kill -9 of a claimed sandbox's silkd from the host: its row, the list,
- * /stats, the metrics and usage.jsonl say failed and why, at once (not on
- * the next exec), and still after a restart; release then clears it. */
-static void test_dead_silkd_claimed(void **state) {
-  struct claim c;
-  assert_int_equal(do_claim(ROOT, "{\"template\":\"host\"}", &c), 200);
-  char vm[128], p_get[128], p_stats[128], p_exec[128];
-  sbxd_vm_of(&P, c.id, vm, sizeof vm);
-  pid_t pid1 = sbxd_jail_pid1(&P, vm);
-  assert_true(pid1 > 0);
-  snprintf(p_get, sizeof p_get, "/v1/sandboxes/%s", c.id);
-  snprintf(p_stats, sizeof p_stats, "/v1/sandboxes/%s/stats", c.id);
-  snprintf(p_exec, sizeof p_exec, "/v1/sandboxes/%s/exec", c.id);
-  assert_int_equal(kill(pid1, SIGKILL), 0);
-  struct http_resp r;
-  json_t *row = NULL;
-  for (int i = 0; i < 3000 && !json_is_true(json_object_get(row, "failed")); i++) {
-    json_decref(row);
-    if (i) pause_10ms();
-    sbxd_http(P.port, "GET", p_get, ROOT, NULL, &r);
-    row = body_json(&r);
-    http_resp_free(&r);
-  }
-  assert_true(json_is_true(json_object_get(row, "failed")));
-  assert_string_equal(json_string_value(json_object_get(row, "failed_cause")), "signal");
-  const char *reason = json_string_value(json_object_get(row, "failed_reason"));
-  assert_non_null(strstr(reason, "killed by signal 9"));
-  assert_non_null(json_object_get(row, "failed_at"));
-  sbxd_http(P.port, "GET", "/v1/sandboxes", ROOT, NULL, &r);
-  assert_non_null(strstr(r.body, "\"failed\":true"));
-  http_resp_free(&r);
-  sbxd_http(P.port, "GET", p_stats, ROOT, NULL, &r);
-  json_t *st = body_json(&r);
-  http_resp_free(&r);
-  assert_true(json_is_true(json_object_get(st, "failed")));
-  assert_string_equal(json_string_value(json_object_get(st, "failed_reason")), reason);
-  json_decref(st);
-  sbxd_http(P.port, "GET", "/metrics", ROOT, NULL, &r);
-  assert_non_null(strstr(r.body, "sandboxd_failed 1\n"));
-  assert_non_null(strstr(r.body, "sandboxd_failed_by_cause{cause=\"signal\"} 1\n"));
-  http_resp_free(&r);
-  char path[320], line[4096];
-  snprintf(path, sizeof path, "%s/data/usage.jsonl", P.dir);
-  FILE *f = fopen(path, "r");
-  bool logged = false;
-  while (f && fgets(line, sizeof line, f)) {
-    json_t *v = json_loads(line, 0, NULL);
-    logged |= strcmp(json_string_value(json_object_get(v, "ev")) ?: "", "fail") == 0 &&
-              strcmp(json_string_value(json_object_get(v, "id")) ?: "", c.id) == 0 &&
-              strcmp(json_string_value(json_object_get(v, "reason")) ?: "", reason) == 0;
-    json_decref(v);
-  }
-  if (f) fclose(f);
-  assert_true(logged);
-  assert_int_equal(sbxd_status(P.port, "POST", p_exec, c.token, "{\"argv\":[\"true\"]}"), 502);
-  /* The reason was journalled: a restart keeps it rather than "gone". */
-  char *want = strdup(reason);
-  json_decref(row);
-  assert_int_equal(sbxd_stop(&P, SIGKILL), 128 + SIGKILL);
-  assert_int_equal(sbxd_start(&P), 0);
-  sbxd_http(P.port, "GET", p_get, ROOT, NULL, &r);
-  row = body_json(&r);
-  http_resp_free(&r);
-  assert_true(json_is_true(json_object_get(row, "failed")));
-  assert_string_equal(json_string_value(json_object_get(row, "failed_reason")), want);
-  json_decref(row);
-  free(want);
-  release(&c);
-  sbxd_http(P.port, "GET", "/metrics", ROOT, NULL, &r);
-  assert_non_null(strstr(r.body, "sandboxd_failed 0\n"));
-  http_resp_free(&r);
-}
-
-/* Names of the sandboxes under data/run, as one string ("a b "). */
-static void run_names(char *out, size_t len) {
-  char path[320];
-  snprintf(path, sizeof path, "%s/data/run", P.dir);
-  out[0] = '\0';
-  DIR *dir = opendir(path);
-  struct dirent *de;
-  while (dir && (de = readdir(dir)))
-    if (de->d_name[0] != '.') snprintf(out + strlen(out), len - strlen(out), "%s ", de->d_name);
-  if (dir) closedir(dir);
-}
-
-/* A warm sandbox whose silkd dies is dropped and replaced by the pool,
- * and never handed to a claim. */
-static void test_dead_silkd_warm(void **state) {
-  assert_true(wait_warm("small", 2));
-  char names[1024], vm[128];
-  run_names(names, sizeof names);
-  assert_int_equal(sscanf(names, "%127s", vm), 1);
-  pid_t pid1 = sbxd_jail_pid1(&P, vm);
-  assert_true(pid1 > 0);
-  assert_int_equal(kill(pid1, SIGKILL), 0);
-  bool replaced = false;
-  for (int i = 0; i < 3000 && !replaced; i++) {
-    pause_10ms();
-    run_names(names, sizeof names);
-    replaced = !strstr(names, vm) && pool_warm("small") == 2;
-  }
-  assert_true(replaced);
-  for (int i = 0; i < 2; i++) {
-    struct claim c;
-    assert_int_equal(do_claim(ROOT, "{\"template\":\"host\"}", &c), 200);
-    char p_exec[128];
-    snprintf(p_exec, sizeof p_exec, "/v1/sandboxes/%s/exec", c.id);
-    assert_int_equal(sbxd_status(P.port, "POST", p_exec, c.token, "{\"argv\":[\"true\"]}"), 200);
-    release(&c);
-  }
-}
-
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -582,8 +436,6 @@ int main(void) {
       cmocka_unit_test_teardown(test_pool_warmup, teardown_q),
       cmocka_unit_test_teardown(test_sync_claims, teardown_q),
       cmocka_unit_test_setup_teardown(test_sighup_reload, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dead_silkd_claimed, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dead_silkd_warm, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
