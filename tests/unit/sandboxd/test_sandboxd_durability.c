@@ -1,7 +1,7 @@
 /* test_sandboxd_durability: a real sandboxd (jail driver, root) whose
- * data_dir is a small tmpfs filled to the last byte. Renew and release
- * then answer 500 and change nothing (the sandbox keeps its deadline and
- * keeps running); /v1/info and /metrics say the journal fails; once space
+ * data_dir is a small tmpfs filled to the last byte. Renew, release and a
+ * warm claim then answer 500 and change nothing (the sandbox keeps its
+ * deadline and keeps running, no claim is added); /v1/info and /metrics say the journal fails; once space
  * is freed both work again; and after kill -9 and a restart the state is
  * exactly what was acknowledged: no renewal lost, no released sandbox
  * back. With and without sync_claims.
@@ -111,18 +111,35 @@ static bool journal_failing(void) {
   return failing;
 }
 
+#define CLAIM "{\"template\":\"host\",\"ttl_seconds\":3600}"
+
+/* The pool is full and nothing is being made for it (bounded poll). */
+static bool pool_settled(void) {
+  for (int i = 0; i < 3000; i++) {
+    json_t *info = get_json("/v1/info");
+    json_t *p = json_array_get(json_object_get(info, "pools"), 0);
+    bool done = json_integer_value(json_object_get(p, "warm")) == 1 &&
+                json_integer_value(json_object_get(p, "refilling")) == 0;
+    json_decref(info);
+    if (done) return true;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
+
 static void disk_full(bool sync_claims) {
   char cfg[1024];
   snprintf(cfg, sizeof cfg,
            "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\",\"api_token\":\"" ROOT "\","
-           "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"sync_claims\":%s,\"pools\":[]}",
+           "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"sync_claims\":%s,"
+           "\"pools\":[{\"template\":\"host\",\"warm\":1}]}",
            sync_claims ? "true" : "false");
   sbxd_prepare(&Q, cfg);
   char data[320], filler[320];
   data_path(data, sizeof data, "");
   data_path(filler, sizeof filler, "filler");
   assert_int_equal(mkdir(data, 0700), 0);
-  /* No pools: no refill comes and goes in the data_dir while it is full. */
   assert_int_equal(mount("tmpfs", data, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0700"), 0);
   mounted = true;
   assert_int_equal(sbxd_start(&Q), 0);
@@ -130,7 +147,7 @@ static void disk_full(bool sync_claims) {
   bool released[N] = {false};
   for (int i = 0; i < N; i++) {
     struct http_resp r;
-    assert_int_equal(sbxd_http(Q.port, "POST", "/v1/claim", ROOT, "{\"template\":\"host\",\"ttl_seconds\":900}", &r), 0);
+    assert_int_equal(sbxd_http(Q.port, "POST", "/v1/claim", ROOT, CLAIM, &r), 0);
     assert_int_equal(r.status, 200);
     json_t *v = body_json(&r);
     snprintf(c[i].id, sizeof c[i].id, "%s", json_string_value(json_object_get(v, "id")));
@@ -141,6 +158,9 @@ static void disk_full(bool sync_claims) {
   char acked[64];
   deadline_of(&c[0], acked, sizeof acked);
   assert_false(journal_failing());
+  /* No refill in flight: one that ended during the fill would free what
+   * it held, and the disk would not be full any more. */
+  assert_true(pool_settled());
 
   fill(filler);
   /* Renew until the journal refuses; the refused one changed nothing. */
@@ -164,6 +184,16 @@ static void disk_full(bool sync_claims) {
   snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", c[refused].id);
   assert_int_equal(sbxd_status(Q.port, "POST", path, c[refused].token, "{\"argv\":[\"true\"]}"), 200);
   assert_int_equal(renew(&c[0], 3000, now, sizeof now), 500);
+  /* A warm claim: its record is as long as a refused renew's (ttl of four
+   * digits), so it cannot fit either. Last, as its sandbox is destroyed. */
+  struct http_resp r;
+  assert_int_equal(sbxd_http(Q.port, "POST", "/v1/claim", ROOT, CLAIM, &r), 0);
+  assert_int_equal(r.status, 500);
+  assert_non_null(strstr(r.body, "claim failed: journal write failed"));
+  http_resp_free(&r);
+  json_t *info = get_json("/v1/info");
+  assert_int_equal(json_integer_value(json_object_get(info, "claimed")), N - (refused - 1));
+  json_decref(info);
 
   /* Space comes back: both work again, and the failure clears. */
   assert_int_equal(unlink(filler), 0);
@@ -183,10 +213,9 @@ static void disk_full(bool sync_claims) {
   }
   deadline_of(&c[0], now, sizeof now);
   assert_string_equal(now, acked);
-  json_t *info = get_json("/v1/info");
+  info = get_json("/v1/info");
   assert_int_equal(json_integer_value(json_object_get(info, "claimed")), live);
   json_decref(info);
-  struct http_resp r;
   sbxd_http(Q.port, "GET", "/metrics", ROOT, NULL, &r);
   assert_non_null(strstr(r.body, "sandboxd_failed 0\n"));
   http_resp_free(&r);
