@@ -94,13 +94,36 @@ static void test_listen_and_open_mode(void **state) {
   assert_int_equal(sbxd_start(&q), 0);
   assert_int_equal(sbxd_status(q.port, "GET", "/v1/info", NULL, NULL), 200);
   assert_int_equal(sbxd_stop(&q, SIGTERM), 0);
-  char path[320], log[8192];
+  char path[320];
+  static char log[65536];
   snprintf(path, sizeof path, "%s/daemon.log", q.dir);
   FILE *f = fopen(path, "r");
   size_t n = f ? fread(log, 1, sizeof log - 1, f) : 0;
   log[n] = '\0';
   if (f) fclose(f);
   assert_non_null(strstr(log, "open mode on every address (allow_open_mode)"));
+  /* A reload is checked against the address in use: dropping api_token
+   * from a node on every address is refused, even if the file now says
+   * loopback (listen changes need a restart). */
+  sbxd_write_config(&q, "{\"listen\":\"0.0.0.0:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
+                        "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"api_token\":\"t\",\"pools\":[]}");
+  assert_int_equal(sbxd_start(&q), 0);
+  sbxd_write_config(&q, "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
+                        "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"pools\":[]}");
+  kill(q.pid, SIGHUP);
+  bool refused = false;
+  for (int i = 0; i < 3000 && !refused; i++) {
+    usleep(10000);
+    sbxd_drain_log(&q);
+    f = fopen(path, "r");
+    n = f ? fread(log, 1, sizeof log - 1, f) : 0;
+    log[n] = '\0';
+    if (f) fclose(f);
+    refused = strstr(log, "SIGHUP: reload refused") != NULL;
+  }
+  assert_true(refused);
+  assert_int_equal(sbxd_status(q.port, "GET", "/v1/info", NULL, NULL), 401);
+  assert_int_equal(sbxd_stop(&q, SIGTERM), 0);
   sbxd_jail_cleanup(&q);
 }
 
