@@ -27,6 +27,9 @@ json_t *node_info(struct sbxd *d) {
     json_object_set_new(o, "at_capacity", json_true());
     if (reason) json_object_set_new(o, "at_capacity_reason", json_string(reason));
   }
+  /* Beyond NodeInfo: while journal writes fail (a full data_dir), changes
+   * are refused with 500 and this says why. */
+  if (d->journal_error[0]) json_object_set_new(o, "journal_error", json_string(d->journal_error));
   return o;
 }
 
@@ -159,6 +162,20 @@ void h_metrics(struct sbxd *d, struct http_req *req) {
   sbx_buf_printf(&b, NULL, "sandboxd_archived 0\n");
   metric_head(&b, "sandboxd_failed", "gauge", "Indexed sandboxes whose instance was found dead.");
   sbx_buf_printf(&b, NULL, "sandboxd_failed %zu\n", failed);
+  /* Beyond §4.26: the same by cause (watch.c, recovery). */
+  static const char *const causes[] = {"oom", "signal", "exit", "gone"};
+  metric_head(&b, "sandboxd_failed_by_cause", "gauge",
+              "Failed sandboxes by cause: oom, signal, exit (pid 1 ended) or gone (missing at a restart).");
+  for (size_t c = 0; c < sizeof causes / sizeof *causes; c++) {
+    size_t k = 0;
+    for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) k += l->failed && !strcmp(l->failed_cause, causes[c]);
+    sbx_buf_printf(&b, NULL, "sandboxd_failed_by_cause{cause=\"%s\"} %zu\n", causes[c], k);
+  }
+  metric_head(&b, "sandboxd_journal_failing", "gauge",
+              "1 while journal writes fail (a full data_dir): changes are refused with 500.");
+  sbx_buf_printf(&b, NULL, "sandboxd_journal_failing %d\n", d->journal_error[0] ? 1 : 0);
+  metric_head(&b, "sandboxd_journal_errors_total", "counter", "Journal writes that failed.");
+  sbx_buf_printf(&b, NULL, "sandboxd_journal_errors_total %llu\n", (unsigned long long)d->m.journal_errors);
   metric_head(&b, "sandboxd_draining", "gauge", "1 while the node is cordoned.");
   sbx_buf_printf(&b, NULL, "sandboxd_draining %d\n", sbx_pool_mgr_draining(d->pm) ? 1 : 0);
   metric_head(&b, "sandboxd_tenant_claims", "gauge", "Live claims per configured tenant.");
@@ -263,6 +280,14 @@ static void lease_from_json(const json_t *c, sbx_lease *l) {
   l->ttl = (int)json_integer_value(json_object_get(c, "ttl"));
   const char *ref = json_string_value(json_object_get(c, "claim_ref"));
   l->claim_ref = ref ? (char *)ref : NULL; /* commit copies it */
+  if (json_is_true(json_object_get(c, "failed"))) {
+    l->failed = true;
+    snprintf(l->failed_reason, sizeof l->failed_reason, "%s",
+             json_string_value(json_object_get(c, "failed_reason")) ?: "");
+    snprintf(l->failed_cause, sizeof l->failed_cause, "%s",
+             json_string_value(json_object_get(c, "failed_cause")) ?: "");
+    l->failed_at = json_integer_value(json_object_get(c, "failed_at"));
+  }
 }
 
 static void rec_adopt(void *ud, const char *name, struct inst *s) {
@@ -275,6 +300,10 @@ static void rec_adopt(void *ud, const char *name, struct inst *s) {
   }
   sbx_lease l;
   lease_from_json(c, &l);
+  if (l.failed) { /* its pid 1 died before the restart: what runs is not it */
+    sbx_pool_mgr_destroy(r->d->pm, s);
+    return;
+  }
   l.inst = s;
   sbx_error err;
   if (sbx_lease_commit(r->d->leases, &l, false, NULL, &err) < 0) {
@@ -299,10 +328,16 @@ int recover(struct sbxd *d, sbx_error *err) {
       lease_from_json(c, &l);
       if (!valid_sandbox_id(l.id)) continue;
       /* Its instance is gone: keep the row, counted as failed, until it is
-       * released or reaped (§5.13 step 2). */
-      l.failed = true;
+       * released or reaped (§5.13 step 2). A failure seen before the
+       * restart keeps its reason. */
+      if (!l.failed) {
+        l.failed = true;
+        snprintf(l.failed_reason, sizeof l.failed_reason, "instance %s was gone at the restart", l.vm);
+        snprintf(l.failed_cause, sizeof l.failed_cause, "gone");
+        l.failed_at = now_unix();
+        sbx_warn("claim %s: instance %s is gone", l.id, l.vm);
+      }
       sbx_lease_commit(d->leases, &l, false, NULL, NULL);
-      sbx_warn("claim %s: instance %s is gone", l.id, l.vm);
     }
     rc = journal_write_claims(d, err);
   }

@@ -1,5 +1,6 @@
 /* claims.c - claim, release, renew, the sandbox index and reaping
  * (spec §4.1, 4.3, 4.4, 4.7-4.9, 4.23, 5.11). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -13,9 +14,13 @@ static json_t *key_json(const sbx_pool_key *k) {
   return json_pack("{s:s,s:s,s:s}", "template", k->tmpl, "net", k->net, "size", k->size);
 }
 
-static void persist_put(struct sbxd *d, const sbx_lease *l) {
-  sbx_error err;
-  if (journal_put(d, l, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
+/* The 500 of a change the journal refused: the verb and the cause, never
+ * a path. */
+static void reply_journal_error(struct http_req *req, const char *verb, const sbx_error *err) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s failed: journal write failed (%s)", verb,
+           err->os_errno ? strerror(err->os_errno) : err->msg);
+  reply_error(req, 500, msg);
 }
 
 /* ---- claim ---- */
@@ -45,14 +50,29 @@ static void claim_commit(struct claim_op *op, struct inst *s, const char *tier) 
   op->proto.claimed_at = now;
   op->proto.deadline = now + op->proto.ttl;
   op->proto.claim_ref = op->claim_ref;
+  struct jmark jm;
+  if (journal_begin(d, &jm, &err) < 0) {
+    sbx_lease_unreserve(d->leases, op->proto.tenant);
+    sbx_pool_mgr_destroy(d->pm, s);
+    reply_journal_error(op->req, "claim", &err);
+    return;
+  }
   if (sbx_lease_commit(d->leases, &op->proto, true, &l, &err) < 0) {
     sbx_lease_unreserve(d->leases, op->proto.tenant);
     sbx_pool_mgr_destroy(d->pm, s);
     reply_error(op->req, 500, "provisioning failed");
     return;
   }
-  persist_put(d, l);
-  usage_event(d, "claim", l, l->key.tmpl);
+  if (journal_put(d, l, &err) < 0 || usage_event(d, "claim", l, l->key.tmpl, &err) < 0) {
+    /* Not on disk, so not a claim: the sandbox goes, the slot is free. */
+    journal_abort(d, &jm, &err);
+    sbx_lease_remove(d->leases, l);
+    sbx_pool_mgr_destroy(d->pm, s);
+    reply_journal_error(op->req, "claim", &err);
+    return;
+  }
+  journal_commit(d);
+  watch_arm(d, l);
   double secs = (double)(sbx_now_ns() - op->started_ns) / 1e9;
   d->m.claim_seconds += secs;
   if (strcmp(tier, "warm") == 0) d->m.claims_warm++;
@@ -61,7 +81,7 @@ static void claim_commit(struct claim_op *op, struct inst *s, const char *tier) 
   char dl[64];
   fmt_time(l->deadline, 0, false, dl, sizeof dl);
   sbx_debug("claim %s tier %s vm %s in %.3f ms", l->id, tier, l->vm, secs * 1e3);
-  durable_reply(d, op->req, 200,
+  durable_reply(d, op->req, "claim", 200,
                 json_pack("{s:s,s:s,s:s,s:s}", "id", l->id, "token", l->token, "deadline", dl, "owner_addr",
                           d->owner_addr));
 }
@@ -227,11 +247,16 @@ out:
 
 /* ---- release, renew, reap ---- */
 
-void lease_end(struct sbxd *d, sbx_lease *l, const char *ev) {
-  sbx_error err;
-  if (journal_del(d, l->id, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
+int lease_end(struct sbxd *d, sbx_lease *l, const char *ev, sbx_error *err) {
+  struct jmark jm;
+  if (journal_begin(d, &jm, err) < 0) return -1;
+  if (journal_del(d, l->id, err) < 0 || usage_event(d, ev, l, NULL, err) < 0) {
+    journal_abort(d, &jm, err);
+    return -1;
+  }
+  journal_commit(d);
+  watch_disarm(d, l);
   relays_close_for(d, l->id);
-  usage_event(d, ev, l, NULL);
   if (l->inst) {
     if (d->cfg->release_delay_seconds > 0) {
       struct delayed_destroy *dd = sbx_calloc(1, sizeof *dd);
@@ -244,14 +269,19 @@ void lease_end(struct sbxd *d, sbx_lease *l, const char *ev) {
     }
   }
   sbx_lease_remove(d->leases, l);
+  return 0;
 }
 
 void h_release(struct sbxd *d, struct http_req *req, const char *id) {
   sbx_lease *l = auth_sbx(d, req, id, true, "unknown sandbox");
   if (!l) return;
-  lease_end(d, l, "release");
+  sbx_error err;
+  if (lease_end(d, l, "release", &err) < 0) {
+    reply_journal_error(req, "release", &err);
+    return;
+  }
   d->m.releases++;
-  durable_reply(d, req, 204, NULL);
+  durable_reply(d, req, "release", 204, NULL);
 }
 
 void h_renew(struct sbxd *d, struct http_req *req, const char *id) {
@@ -261,23 +291,44 @@ void h_renew(struct sbxd *d, struct http_req *req, const char *id) {
   if (!body) return;
   int ttl;
   if (body_ttl(req, body, &ttl) == 0) {
-    l->ttl = ttl;
-    l->deadline = now_unix() + ttl;
-    persist_put(d, l);
+    /* Journalled first: the lease changes only once its record is down. */
+    sbx_lease next = *l;
+    next.ttl = ttl;
+    next.deadline = now_unix() + ttl;
+    struct jmark jm;
+    sbx_error err;
+    if (journal_begin(d, &jm, &err) < 0) {
+      reply_journal_error(req, "renew", &err);
+      goto out;
+    }
+    if (journal_put(d, &next, &err) < 0) {
+      journal_abort(d, &jm, &err);
+      reply_journal_error(req, "renew", &err);
+      goto out;
+    }
+    journal_commit(d);
+    l->ttl = next.ttl;
+    l->deadline = next.deadline;
     char dl[64];
     fmt_time(l->deadline, 0, false, dl, sizeof dl);
-    durable_reply(d, req, 200, json_pack("{s:s}", "deadline", dl));
+    durable_reply(d, req, "renew", 200, json_pack("{s:s}", "deadline", dl));
   }
+out:
   json_decref(body);
 }
 
 void reap_tick(struct sbxd *d) {
   int64_t now = now_unix();
+  sbx_error err;
+  /* While journal writes fail, see whether space came back. */
+  if (d->journal_error[0] && journal_repair(d, &err) < 0) sbx_debug("journal still failing: %s", err.msg);
   for (size_t i = 0; i < sbx_lease_count(d->leases);) {
     sbx_lease *l = sbx_lease_at(d->leases, i);
-    if (l->deadline <= now) {
-      sbx_info("reap %s (lease expired)", l->id);
-      lease_end(d, l, "reap");
+    /* A reap the journal refuses waits for the next tick. */
+    char id[sizeof l->id];
+    memcpy(id, l->id, sizeof id);
+    if (l->deadline <= now && lease_end(d, l, "reap", &err) == 0) {
+      sbx_info("reaped %s (lease expired)", id); /* l is freed */
       d->m.reaps++;
       continue; /* removal moved another lease into slot i */
     }
@@ -297,6 +348,16 @@ void reap_tick(struct sbxd *d) {
 
 /* ---- the index ---- */
 
+/* failed, failed_reason, failed_cause and failed_at on a sandbox whose
+ * instance died (beyond SandboxRow and §4.9: absent while it lives). */
+static void failed_fields(json_t *o, const sbx_lease *l) {
+  if (!l->failed) return;
+  char at[64];
+  fmt_time(l->failed_at, 0, false, at, sizeof at);
+  json_object_update_new(o, json_pack("{s:b,s:s,s:s,s:s}", "failed", 1, "failed_reason", l->failed_reason,
+                                      "failed_cause", l->failed_cause, "failed_at", at));
+}
+
 static json_t *row(const sbx_lease *l, bool with_token) {
   char dl[64], ca[64];
   fmt_time(l->deadline, 0, false, dl, sizeof dl);
@@ -305,6 +366,7 @@ static json_t *row(const sbx_lease *l, bool with_token) {
                         "claimed_at", ca, "hibernated", 0);
   if (l->claim_ref) json_object_set_new(o, "claim_ref", json_string(l->claim_ref));
   if (with_token) json_object_set_new(o, "token", json_string(l->token));
+  failed_fields(o, l);
   return o;
 }
 
@@ -362,10 +424,11 @@ void h_stats(struct sbxd *d, struct http_req *req, const char *id) {
   clock_gettime(CLOCK_REALTIME, &ts);
   char at[64];
   fmt_time(ts.tv_sec, 0, false, at, sizeof at);
-  reply_json(req, 200,
-             json_pack("{s:s,s:i,s:I,s:I,s:b,s:b,s:s}", "id", l->id, "cpu_count", cpus, "mem_total_bytes", mem,
-                       "mem_used_bytes", (json_int_t)st.mem_used, "mem_used_measured", st.measured, "hibernated", 0,
-                       "measured_at", at));
+  json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:b,s:b,s:s}", "id", l->id, "cpu_count", cpus, "mem_total_bytes", mem,
+                        "mem_used_bytes", (json_int_t)st.mem_used, "mem_used_measured", st.measured, "hibernated",
+                        0, "measured_at", at);
+  failed_fields(o, l);
+  reply_json(req, 200, o);
 }
 
 void h_owner(struct sbxd *d, struct http_req *req, const char *id) {

@@ -287,7 +287,9 @@ static char *default_data_dir(void) {
 
 static struct config *config_new(void) {
   struct config *c = sbx_calloc(1, sizeof *c);
-  c->listen_host = sbx_strdup("");
+  /* A file without listen stays on this host: a config copied from the
+   * docs must not put an exec API on the network by accident. */
+  c->listen_host = sbx_strdup("127.0.0.1");
   c->listen_port = 7777;
   c->driver = sbx_strdup("auto");
   c->max_fork_count = 16;
@@ -324,13 +326,33 @@ static int config_finish(struct config *c, char *errbuf, size_t errlen) {
   for (size_t i = 0; i < c->ntenants; i++)
     if (c->api_token && strcmp(c->tenants[i].token, c->api_token) == 0)
       return fail(errbuf, errlen, "tenants[%zu].token: equals api_token", i);
-  return 0;
+  return config_check_exposure(c, errbuf, errlen);
+}
+
+static bool loopback_host(const char *h) {
+  return strcmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0 ||
+         strncmp(h, "::ffff:127.", 11) == 0;
+}
+
+int config_check_exposure(const struct config *c, char *errbuf, size_t errlen) {
+  if (c->api_token || c->allow_open_mode || loopback_host(c->listen_host)) return 0;
+  return fail(errbuf, errlen,
+              "listen: open mode (no api_token) on %s would serve the exec API to the network without "
+              "authentication; set api_token, listen on 127.0.0.1, or set allow_open_mode: true",
+              c->listen_host[0] ? c->listen_host : "every address");
+}
+
+const char *config_exposure_warning(const struct config *c, char *buf, size_t len) {
+  if (c->api_token || loopback_host(c->listen_host)) return NULL;
+  snprintf(buf, len,
+           "open mode on %s (allow_open_mode): anyone who can reach port %d can claim sandboxes and run "
+           "commands in them",
+           c->listen_host[0] ? c->listen_host : "every address", c->listen_port);
+  return buf;
 }
 
 int config_default(struct config **out, char *errbuf, size_t errlen) {
   struct config *c = config_new();
-  sbx_free(c->listen_host);
-  c->listen_host = sbx_strdup("127.0.0.1");
   c->data_dir = default_data_dir();
   c->pools = sbx_calloc(1, sizeof *c->pools);
   c->npools = 1;
@@ -517,6 +539,8 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
     } else if (strcmp(k, "api_token") == 0) {
       rc = get_str(v, k, &c->api_token, errbuf, errlen);
       if (rc == 0 && !c->api_token[0]) rc = fail(errbuf, errlen, "api_token: must not be empty");
+    } else if (strcmp(k, "allow_open_mode") == 0) {
+      rc = get_bool(v, k, &c->allow_open_mode, errbuf, errlen);
     } else if (strcmp(k, "tenants") == 0) {
       rc = parse_tenants(c, v, errbuf, errlen);
     } else if (strcmp(k, "max_claims") == 0) {

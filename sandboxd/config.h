@@ -26,7 +26,7 @@ struct pool_cfg {
 };
 
 struct config {
-  char *listen_host; /* "" = every address */
+  char *listen_host; /* "" = every address; absent = 127.0.0.1 */
   int listen_port;
   char *data_dir;
   char *driver; /* jail | qemu | auto */
@@ -34,6 +34,8 @@ struct config {
   char *advertise_addr;
   char *client_advertise;
   char *api_token; /* NULL = open mode */
+  /* Open mode on an address other than loopback must be asked for. */
+  bool allow_open_mode;
   struct tenant *tenants;
   size_t ntenants;
   int max_claims;
@@ -72,6 +74,13 @@ int config_default(struct config **out, char *errbuf, size_t errlen);
 int config_load_file(const char *path, struct config **out, char *errbuf, size_t errlen);
 int config_parse(const char *text, size_t len, struct config **out, char *errbuf, size_t errlen);
 void config_free(struct config *c);
+
+/* Open mode (no api_token) reachable from other hosts: -1 with a message
+ * unless allow_open_mode says so. Checked at load and again on a reload,
+ * whose listen is the running one. */
+int config_check_exposure(const struct config *c, char *errbuf, size_t errlen);
+/* The warning to log when open mode is allowed off loopback; NULL if none. */
+const char *config_exposure_warning(const struct config *c, char *buf, size_t len);
 
 /* Pools as in PUT /v1/pools and pools.json (strict decoding is the
  * caller's; this checks fields and values). Config-owned warmup is merged

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@ struct waiter {
   struct http_req *req;
   int status;
   json_t *body; /* NULL: no body (204) */
+  const char *verb;
 };
 
 struct durable {
@@ -60,10 +62,31 @@ static void *sync_thread(void *arg) {
   return NULL;
 }
 
-static void answer(struct waiter *w) {
-  if (w->body) reply_json(w->req, w->status, w->body);
-  else http_reply(w->req, w->status, NULL, NULL, 0, NULL);
+/* lost: neither the log nor a snapshot could be synced, so the change is
+ * not known to be on disk and must not be acknowledged. It stays applied
+ * in memory (unlike a failed append, nothing undoes it here). */
+static void answer(struct waiter *w, bool lost) {
+  if (lost) {
+    json_decref(w->body);
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s failed: journal sync failed", w->verb);
+    reply_error(w->req, 500, msg);
+  } else if (w->body) {
+    reply_json(w->req, w->status, w->body);
+  } else {
+    http_reply(w->req, w->status, NULL, NULL, 0, NULL);
+  }
   sbx_free(w);
+}
+
+/* After a failed fdatasync of the log: a synced snapshot holds every
+ * record as well. false when that failed too. */
+static bool resync(struct sbxd *d, int e) {
+  sbx_error err;
+  sbx_error_log("claims journal: fdatasync claims.log: %s; writing a snapshot", strerror(e));
+  if (journal_repair(d, &err) == 0) return true;
+  journal_failed(d, &err);
+  return false;
 }
 
 /* Answer every waiter whose record is covered by a finished sync; ask for
@@ -75,17 +98,12 @@ static void flush(struct sbxd *d) {
   int e = s->err;
   s->err = 0;
   pthread_mutex_unlock(&s->mu);
-  if (e) {
-    /* The log may not be on disk: a synced snapshot holds every record. */
-    sbx_error err;
-    sbx_error_log("claims journal: fdatasync claims.log: %s; writing a snapshot", strerror(e));
-    if (journal_write_claims(d, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
-  }
+  bool lost = e && !resync(d, e);
   while (s->head && s->head->seq <= done) {
     struct waiter *w = s->head;
     s->head = w->next;
     if (!s->head) s->tail = &s->head;
-    answer(w);
+    answer(w, lost);
   }
   if (s->head) {
     pthread_mutex_lock(&s->mu);
@@ -134,7 +152,7 @@ int durable_start(struct sbxd *d, sbx_error *err) {
   return 0;
 }
 
-void durable_reply(struct sbxd *d, struct http_req *req, int status, json_t *body) {
+void durable_reply(struct sbxd *d, struct http_req *req, const char *verb, int status, json_t *body) {
   struct durable *s = d->durable;
   if (!s || !d->cfg->sync_claims) {
     if (body) reply_json(req, status, body);
@@ -146,6 +164,7 @@ void durable_reply(struct sbxd *d, struct http_req *req, int status, json_t *bod
   w->req = req;
   w->status = status;
   w->body = body;
+  w->verb = verb;
   /* The handler's state is gone once this returns; a client that leaves
    * meanwhile just loses the answer (http_reply drops it). */
   req->on_close = NULL;
@@ -170,14 +189,11 @@ void durable_stop(struct sbxd *d) {
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->th, NULL);
   /* What still waits is answered after one last sync. */
-  if (s->head && fdatasync(s->fd) < 0) {
-    sbx_error err;
-    if (journal_write_claims(d, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
-  }
+  bool lost = s->head && fdatasync(s->fd) < 0 && !resync(d, errno);
   while (s->head) {
     struct waiter *w = s->head;
     s->head = w->next;
-    answer(w);
+    answer(w, lost);
   }
   event_free(s->ev);
   close(s->efd);

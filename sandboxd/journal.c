@@ -8,9 +8,16 @@
  * an append a few; the log is folded into a fresh snapshot every
  * LOG_FOLD records and at shutdown. Replay is idempotent (put = upsert),
  * so a crash between the snapshot and the log truncation loses nothing,
- * and a torn last line (a crash mid-append) is ignored. With sync_claims
- * the log is fdatasync'ed by durable.c's thread, many records at a time,
- * and answers wait for it. */
+ * and a torn last line (a crash mid-append) is ignored and cut off at the
+ * next start. With sync_claims the log is fdatasync'ed by durable.c's
+ * thread, many records at a time, and answers wait for it.
+ *
+ * A change is journalled as a transaction (journal_begin, the appends,
+ * then journal_commit or journal_abort) before it is applied in memory.
+ * A failed or short append (a full disk) is undone by truncating both
+ * files back to where the transaction began, so no torn record is left
+ * for the next append to run into, and the caller answers 5xx with its
+ * state unchanged. Truncating frees space, so it works on a full disk. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -49,7 +56,22 @@ int journal_open(struct sbxd *d, sbx_error *err) {
   d->usage_size = fstat(d->usage_fd, &st) == 0 ? (int64_t)st.st_size : 0;
   d->log_fd = openat(d->data_fd, "claims.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (d->log_fd < 0) return sbx_err_os(err, errno, "open %s/claims.log", d->cfg->data_dir);
+  d->log_size = fstat(d->log_fd, &st) == 0 ? (int64_t)st.st_size : 0;
   return 0;
+}
+
+/* ---- the failure state shown in /v1/info and /metrics ---- */
+
+void journal_failed(struct sbxd *d, const sbx_error *err) {
+  d->m.journal_errors++;
+  if (!d->journal_error[0]) sbx_error_log("journal: %s; changes are refused until it can be written", err->msg);
+  snprintf(d->journal_error, sizeof d->journal_error, "%s", err->msg);
+}
+
+static void journal_healthy(struct sbxd *d) {
+  if (!d->journal_error[0]) return;
+  sbx_info("journal: writable again (after: %s)", d->journal_error);
+  d->journal_error[0] = '\0';
 }
 
 static int write_all(int fd, const char *p, size_t n) {
@@ -86,6 +108,8 @@ static int atomic_write(struct sbxd *d, const char *name, const char *data, size
   return 0;
 }
 
+static void usage_rotate(struct sbxd *d);
+
 static json_t *key_json(const sbx_pool_key *k) {
   return json_pack("{s:s,s:s,s:s}", "template", k->tmpl, "net", k->net, "size", k->size);
 }
@@ -95,6 +119,9 @@ static json_t *claim_json(const sbx_lease *l) {
                         "key", key_json(&l->key), "vm", l->vm, "claimed_at", (json_int_t)l->claimed_at, "deadline",
                         (json_int_t)l->deadline, "ttl", l->ttl);
   if (l->claim_ref) json_object_set_new(o, "claim_ref", json_string(l->claim_ref));
+  if (l->failed)
+    json_object_update_new(o, json_pack("{s:b,s:s,s:s,s:I}", "failed", 1, "failed_reason", l->failed_reason,
+                                        "failed_cause", l->failed_cause, "failed_at", (json_int_t)l->failed_at));
   return o;
 }
 
@@ -111,7 +138,49 @@ int journal_write_claims(struct sbxd *d, sbx_error *err) {
     /* The snapshot holds everything the log said. */
     if (ftruncate(d->log_fd, 0) < 0) return sbx_err_os(err, errno, "truncate claims.log");
     d->log_records = 0;
+    d->log_size = 0;
+    d->log_torn = false;
   }
+  return rc;
+}
+
+int journal_begin(struct sbxd *d, struct jmark *m, sbx_error *err) {
+  /* A tail that could not be cut off once: a snapshot replaces the log. */
+  if ((d->log_torn || d->usage_torn) && journal_repair(d, err) < 0) {
+    journal_failed(d, err);
+    return -1;
+  }
+  usage_rotate(d);
+  if (d->log_records >= LOG_FOLD) {
+    sbx_error ferr;
+    /* Not fatal: the log just grows until a fold succeeds. */
+    if (journal_write_claims(d, &ferr) < 0) sbx_warn("claims journal: fold: %s", ferr.msg);
+  }
+  m->log_size = d->log_size;
+  m->usage_size = d->usage_size;
+  m->log_records = d->log_records;
+  return 0;
+}
+
+void journal_abort(struct sbxd *d, const struct jmark *m, const sbx_error *err) {
+  /* Always both: the failed append's bytes are not counted in the sizes. */
+  d->log_torn = ftruncate(d->log_fd, m->log_size) < 0;
+  d->usage_torn = ftruncate(d->usage_fd, m->usage_size) < 0;
+  d->log_size = m->log_size;
+  d->usage_size = m->usage_size;
+  d->log_records = m->log_records;
+  journal_failed(d, err);
+}
+
+void journal_commit(struct sbxd *d) { journal_healthy(d); }
+
+int journal_repair(struct sbxd *d, sbx_error *err) {
+  if (d->usage_torn) {
+    if (ftruncate(d->usage_fd, d->usage_size) < 0) return sbx_err_os(err, errno, "truncate usage.jsonl");
+    d->usage_torn = false;
+  }
+  int rc = journal_write_claims(d, err);
+  if (rc == 0) journal_healthy(d);
   return rc;
 }
 
@@ -166,15 +235,23 @@ static void line_str(struct line *w, const char *sep, const char *key, const cha
   line_raw(w, "\"", 1);
 }
 
+/* One write of a whole line. A short write (the disk filled up during it)
+ * leaves a torn line: the size is left where it was, so the caller's
+ * journal_abort cuts it off. */
+static int append_line(int fd, const char *s, size_t n, const char *name, sbx_error *err) {
+  ssize_t w = write(fd, s, n);
+  if (w == (ssize_t)n) return 0;
+  return sbx_err_os(err, w < 0 ? errno : ENOSPC, "append %s", name);
+}
+
 static int log_write(struct sbxd *d, char *s, size_t n, sbx_error *err) {
   s[n] = '\n'; /* replaces the NUL: one write of the whole line */
-  int rc = 0;
-  if (write(d->log_fd, s, n + 1) != (ssize_t)(n + 1)) rc = sbx_err_os(err, errno, "append claims.log");
-  else if (d->cfg->sync_claims && !durable_async(d) && fdatasync(d->log_fd) < 0)
-    rc = sbx_err_os(err, errno, "fsync claims.log");
-  else d->log_seq++; /* with the sync thread, durable_reply waits for it */
-  if (rc < 0) return journal_write_claims(d, err); /* fall back to a full snapshot */
-  if (++d->log_records >= LOG_FOLD) return journal_write_claims(d, err);
+  if (append_line(d->log_fd, s, n + 1, "claims.log", err) < 0) return -1;
+  d->log_size += (int64_t)(n + 1);
+  if (d->cfg->sync_claims && !durable_async(d) && fdatasync(d->log_fd) < 0)
+    return sbx_err_os(err, errno, "fsync claims.log");
+  d->log_seq++; /* with the sync thread, durable_reply waits for it */
+  d->log_records++;
   return 0;
 }
 
@@ -198,6 +275,11 @@ int journal_put(struct sbxd *d, const sbx_lease *l, sbx_error *err) {
   line_fmt(&w, ",\"claimed_at\":%lld,\"deadline\":%lld,\"ttl\":%d", (long long)l->claimed_at,
            (long long)l->deadline, l->ttl);
   if (l->claim_ref) line_str(&w, ",", "claim_ref", l->claim_ref);
+  if (l->failed) {
+    line_str(&w, ",\"failed\":true,", "failed_reason", l->failed_reason);
+    line_str(&w, ",", "failed_cause", l->failed_cause);
+    line_fmt(&w, ",\"failed_at\":%lld", (long long)l->failed_at);
+  }
   line_raw(&w, "}}", 2);
   if (w.overflow) return log_append_json(d, json_pack("{s:s,s:o}", "op", "put", "claim", claim_json(l)), err);
   return log_write(d, w.p, w.n, err);
@@ -250,7 +332,10 @@ json_t *journal_read_claims(struct sbxd *d) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
+    int64_t whole = 0; /* bytes up to the last complete line */
     while ((n = getline(&line, &cap, f)) > 0) {
+      if (line[n - 1] != '\n') break; /* a crash mid-append: never acknowledged */
+      whole += n;
       json_error_t je;
       json_t *rec = json_loadb(line, (size_t)n, 0, &je);
       if (rec) replay(claims, rec);
@@ -259,6 +344,13 @@ json_t *journal_read_claims(struct sbxd *d) {
     }
     free(line);
     fclose(f);
+    /* Cut a torn tail off, or the next append would extend it into one
+     * unreadable line and lose that record too. */
+    if (d->log_size > whole) {
+      sbx_warn("claims.log: cutting off a torn last record (%lld bytes)", (long long)(d->log_size - whole));
+      if (ftruncate(d->log_fd, whole) < 0) d->log_torn = true;
+      else d->log_size = whole;
+    }
   }
   return claims;
 }
@@ -273,7 +365,7 @@ static void usage_rotate(struct sbxd *d) {
   d->usage_size = 0;
 }
 
-void usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref) {
+int usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref, sbx_error *err) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   char t[64];
@@ -290,15 +382,17 @@ void usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char 
   }
   if (l->tenant[0]) line_str(&w, ",", "tenant", l->tenant);
   if (ref) line_str(&w, ",", "ref", ref);
+  if (strcmp(ev, "fail") == 0) line_str(&w, ",", "reason", l->failed_reason);
   line_raw(&w, "}\n", 2);
   if (w.overflow) { /* every field is bounded (see LINE_MAX_BYTES): not expected */
     sbx_warn("usage.jsonl: %s event of %s too long to record", ev, l->id);
-    return;
+    return 0;
   }
-  usage_rotate(d);
-  /* One write of the whole line, so concurrent readers never see half. */
-  if (write(d->usage_fd, w.p, w.n) != (ssize_t)w.n) sbx_warn("usage.jsonl: write failed: %s", strerror(errno));
-  else d->usage_size += (int64_t)w.n;
+  /* One write of the whole line, so concurrent readers never see half;
+   * rotation is journal_begin's, never inside a transaction. */
+  if (append_line(d->usage_fd, w.p, w.n, "usage.jsonl", err) < 0) return -1;
+  d->usage_size += (int64_t)w.n;
+  return 0;
 }
 
 int journal_write_pools(struct sbxd *d, const struct pool_cfg *p, size_t n, sbx_error *err) {

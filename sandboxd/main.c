@@ -123,6 +123,12 @@ static void on_hup(evutil_socket_t fd, short what, void *arg) {
   nc->data_dir = sbx_strdup(d->cfg->data_dir);
   nc->driver = sbx_strdup(d->cfg->driver);
   for (size_t i = 0; i < 3; i++) sbx_free(keep[i]);
+  if (config_check_exposure(nc, msg, sizeof msg) < 0) {
+    sbx_error_log("SIGHUP: reload refused, keeping the old config: %s", msg);
+    config_free(nc);
+    return;
+  }
+  if (config_exposure_warning(nc, msg, sizeof msg)) sbx_warn("%s", msg);
   struct pool_cfg *p;
   size_t n;
   if (load_pools(d, nc, &p, &n, msg, sizeof msg) < 0) {
@@ -184,8 +190,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sandboxd: config: %s\n", msg);
     return 2;
   }
+  char warn[300];
+  if (config_exposure_warning(d->cfg, warn, sizeof warn)) sbx_warn("%s", warn);
   if (check_only) {
-    printf("config ok\n");
+    const char *h = d->cfg->listen_host;
+    printf("config ok: listen %s%s%s:%d, %s mode\n", strchr(h, ':') ? "[" : "", h[0] ? h : "0.0.0.0",
+           strchr(h, ':') ? "]" : "", d->cfg->listen_port, d->cfg->api_token ? "token" : "open");
     config_free(d->cfg);
     return 0;
   }
@@ -263,6 +273,7 @@ int main(int argc, char **argv) {
   event_add(d->ev_hup, NULL);
   event_add(d->ev_term, NULL);
   event_add(d->ev_int, NULL);
+  watch_arm_all(d); /* the adopted sandboxes' pid 1 */
   sbx_pool_mgr_tick(d->pm, sbx_now_ns());
   reap_tick(d); /* deadlines that passed while we were down */
   sbx_info("sandboxd %s listening on %s:%d (driver %s, data_dir %s, %s mode, %zu claim(s) adopted)", sbx_version(),
@@ -276,6 +287,7 @@ int main(int argc, char **argv) {
   /* Stop: no new connections, relays and pending requests closed, warm
    * and claimed instances left running for the next start (§5.13). */
   d->stopping = true;
+  watch_disarm_all(d);
   relays_close_all(d);
   exec_shutdown(d);
   durable_stop(d);

@@ -7,8 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sandbox/core.h>
@@ -57,6 +61,7 @@ struct inst {
 #ifdef SBX_HAVE_DRIVER
   sbx_instance *di;
 #endif
+  uint64_t oom_base; /* the cgroup's OOM kills when it was made or adopted */
 };
 
 const char *inst_name(const struct inst *s) { return s->name; }
@@ -304,6 +309,17 @@ static void inst_worker_priority(pid_t pid) {
   if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) sched_setaffinity(pid, sizeof cpus, &cpus);
 }
 
+#ifdef SBX_HAVE_DRIVER
+/* OOM kills counted so far, so that a later death is called an OOM kill
+ * only for a new one. Read here, on a worker or at adoption, to keep the
+ * cgroup reads off the claim path. */
+static void note_oom_base(struct inst *s) {
+  sbx_stats st;
+  sbx_error err;
+  if (sbx_sandbox_stats(s->di, &st, &err) == 0) s->oom_base = st.oom_kills;
+}
+#endif
+
 static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **out, sbx_error *err) {
   struct provider *p = ud;
   int rc = prepare_key(p, key, true, err);
@@ -333,6 +349,7 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
   }
   pid_t init = sbx_instance_pid(s->di);
   if (init > 0) inst_normal_priority(init);
+  note_oom_base(s);
   *out = s;
   return 0;
 #else
@@ -348,7 +365,8 @@ static void op_destroy(void *ud, void *inst) {
   if (s->di) {
     sbx_error err;
     pid_t init = sbx_instance_pid(s->di);
-    if (init > 0) inst_worker_priority(init);
+    /* Not once it exited: its pid may belong to another process by now. */
+    if (init > 0 && inst_alive(s)) inst_worker_priority(init);
     if (sbx_sandbox_destroy(s->di, &err) < 0) sbx_warn("destroy %s: %s", s->name, err.msg);
   }
 #endif
@@ -377,9 +395,89 @@ void inst_forget(struct inst *s) {
 
 static void op_forget(void *ud, void *inst) { inst_forget(inst); }
 
+static bool op_alive(void *ud, void *inst) { return inst_alive(inst); }
+
 sbx_pool_provider provider_pool_ops(struct provider *p) {
   return (sbx_pool_provider)SBX_POOL_PROVIDER_INIT(.prepare = op_prepare, .provision = op_provision,
-                                                   .destroy = op_destroy, .forget = op_forget, .ud = p);
+                                                   .destroy = op_destroy, .forget = op_forget, .alive = op_alive,
+                                                   .ud = p);
+}
+
+/* ---- pid 1 ---- */
+
+int inst_watch_fd(struct inst *s) {
+#ifdef SBX_HAVE_DRIVER
+  int fd = s->di ? sbx_instance_pidfd(s->di) : -1;
+  if (fd < 0) return -1;
+  /* A copy: the watch may outlive the driver's during a destroy. */
+  return fcntl(fd, F_DUPFD_CLOEXEC, 0);
+#else
+  return -1;
+#endif
+}
+
+bool inst_alive(struct inst *s) {
+#ifdef SBX_HAVE_DRIVER
+  int fd = s->di ? sbx_instance_pidfd(s->di) : -1;
+  if (fd < 0) return true;
+  struct pollfd p = {fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 0;
+#else
+  return true;
+#endif
+}
+
+#ifdef SBX_HAVE_DRIVER
+/* PIDFD_GET_INFO (Linux 6.13; the exit status since 6.15), for a pid 1
+ * that is not our child (adopted after a restart), whose status went to
+ * its reaper. The headers here may predate it. */
+struct pidfd_info_v0 {
+  uint64_t mask, cgroupid;
+  uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+  int32_t exit_code;
+};
+#define PIDFD_INFO_EXIT_BIT (1ull << 3)
+#define PIDFD_GET_INFO_V0 _IOWR(0xFF, 11, struct pidfd_info_v0)
+
+/* As a shell reports it (128 + signal), or -1. */
+static int pidfd_exit_code(int fd) {
+  struct pidfd_info_v0 info = {.mask = PIDFD_INFO_EXIT_BIT};
+  if (fd < 0 || ioctl(fd, PIDFD_GET_INFO_V0, &info) < 0 || !(info.mask & PIDFD_INFO_EXIT_BIT)) return -1;
+  int st = info.exit_code;
+  return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+#endif
+
+void inst_death(struct inst *s, char *reason, size_t len, char *cause, size_t clen) {
+  int code = -1;
+  uint64_t ooms = 0;
+  const char *who = "pid 1";
+#ifdef SBX_HAVE_DRIVER
+  if (s->di) {
+    sbx_error err;
+    sbx_stats st;
+    /* Before the wait: the cgroup is there until the destroy. */
+    if (sbx_sandbox_stats(s->di, &st, &err) == 0) ooms = st.oom_kills;
+    /* Reaps a child at once (pid 1 has exited); -1 for an adopted one. */
+    if (sbx_sandbox_wait(s->di, 0, &code, &err) < 0) code = -1;
+    if (code < 0) code = pidfd_exit_code(sbx_instance_pidfd(s->di));
+    if (sbx_instance_pid(s->di) == 0) who = "the VM process";
+  }
+#endif
+  if (code > 128 && code - 128 == SIGKILL && ooms > s->oom_base) {
+    snprintf(cause, clen, "oom");
+    snprintf(reason, len, "%s killed by OOM (signal 9; the memory cgroup counted %llu OOM kill(s))", who,
+             (unsigned long long)(ooms - s->oom_base));
+  } else if (code > 128) {
+    snprintf(cause, clen, "signal");
+    snprintf(reason, len, "%s killed by signal %d (%s)", who, code - 128, strsignal(code - 128));
+  } else if (code >= 0) {
+    snprintf(cause, clen, "exit");
+    snprintf(reason, len, "%s exited with status %d", who, code);
+  } else {
+    snprintf(cause, clen, "exit");
+    snprintf(reason, len, "%s exited (status not known)", who);
+  }
 }
 
 int inst_connect(struct inst *s, int *fd, sbx_error *err) {
@@ -417,6 +515,7 @@ static bool rec_cb(void *ud, const sbx_found *found, sbx_instance *adopted) {
   struct inst *s = sbx_calloc(1, sizeof *s);
   snprintf(s->name, sizeof s->name, "%s", found->id);
   s->di = adopted;
+  note_oom_base(s);
   c->adopted(c->ud, s->name, s);
   return true;
 }

@@ -39,6 +39,18 @@ int inst_connect(struct inst *s, int *fd, sbx_error *err);
 void inst_forget(struct inst *s);
 int inst_stats(struct inst *s, struct inst_stats *out, sbx_error *err);
 
+/* ---- pid 1 (watch.c) ----
+ * An fd of the caller's (to close) that turns readable when the
+ * instance's pid 1 (a VM's VMM process) exits; -1 when the driver offers
+ * none. Also notes the OOM kills so far, for inst_death. */
+int inst_watch_fd(struct inst *s);
+/* false once pid 1 has exited (true when that cannot be told). */
+bool inst_alive(struct inst *s);
+/* Why pid 1 ended, once it has: a sentence for the sandbox's row and a
+ * cause, "oom" (SIGKILL while the memory cgroup counted a new OOM kill),
+ * "signal" or "exit". */
+void inst_death(struct inst *s, char *reason, size_t len, char *cause, size_t clen);
+
 /* After a restart: for each instance found, keep(ud, name) says whether to
  * adopt it; adopted instances are passed to adopted(); the rest destroyed. */
 typedef bool (*provider_keep_fn)(void *ud, const char *name);

@@ -24,10 +24,12 @@ struct metrics {
   uint64_t claims_warm, claims_clone, claims_cold;
   double claim_seconds;
   uint64_t releases, reaps;
+  uint64_t journal_errors; /* journal writes that failed (journal.c) */
 };
 
 struct relay;
 struct exec_op;
+struct watch;
 
 struct delayed_destroy {
   struct delayed_destroy *next;
@@ -50,6 +52,11 @@ struct sbxd {
   int usage_fd;
   int64_t usage_size; /* usage.jsonl's length, kept here instead of an fstat per event */
   int log_fd; /* claims.log */
+  int64_t log_size; /* claims.log's length: where a failed append is cut back to */
+  bool log_torn, usage_torn; /* a failed append could not be cut off yet */
+  /* The last journal write's error while journal writes fail, else "":
+   * shown in /v1/info and /metrics, cleared by the next success. */
+  char journal_error[200];
   unsigned log_records;
   uint64_t log_seq;        /* records appended to claims.log, ever */
   struct durable *durable; /* group commit (durable.c) */
@@ -57,6 +64,7 @@ struct sbxd {
   struct relay *relays;
   struct exec_op *execs;
   struct delayed_destroy *delayed;
+  struct watch *watches; /* claimed sandboxes' pid 1 (watch.c) */
   struct event *ev_pool, *ev_refill, *ev_reap, *ev_hup, *ev_term, *ev_int, *ev_kick;
   char owner_addr[256];
   bool stopping;
@@ -82,12 +90,30 @@ int journal_open(struct sbxd *d, sbx_error *err);
 /* Rewrite claims.json from the lease table (temp file, rename) and empty
  * claims.log. */
 int journal_write_claims(struct sbxd *d, sbx_error *err);
+/* A journalled change: journal_begin, then journal_put / journal_del /
+ * usage_event, then journal_commit once all of them succeeded, or
+ * journal_abort, which cuts both files back to the mark (nothing of the
+ * change stays on disk) and records the error for /v1/info and /metrics.
+ * The change is applied in memory only after the commit. */
+struct jmark {
+  int64_t log_size, usage_size;
+  unsigned log_records;
+};
+int journal_begin(struct sbxd *d, struct jmark *m, sbx_error *err);
+void journal_abort(struct sbxd *d, const struct jmark *m, const sbx_error *err);
+void journal_commit(struct sbxd *d);
+/* Count a failed journal write and show it (journal_abort does this). */
+void journal_failed(struct sbxd *d, const sbx_error *err);
+/* A synced snapshot in place of the log; clears the error state when it
+ * works (the reap tick retries it while journal writes fail). */
+int journal_repair(struct sbxd *d, sbx_error *err);
 /* Record one change in claims.log (folded into claims.json now and then). */
 int journal_put(struct sbxd *d, const sbx_lease *l, sbx_error *err);
 int journal_del(struct sbxd *d, const char *id, sbx_error *err);
 /* Journalled claims (snapshot + log) as a JSON array; caller decrefs. */
 json_t *journal_read_claims(struct sbxd *d);
-void usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref);
+/* One §6.1 line; "fail" adds the lease's failed_reason as "reason". */
+int usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref, sbx_error *err);
 int journal_write_pools(struct sbxd *d, const struct pool_cfg *p, size_t n, sbx_error *err);
 /* pools.json if present: 1 and the pools, 0 if absent, -1 on error. */
 int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, char *errbuf, size_t errlen);
@@ -97,7 +123,7 @@ int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, char *err
 int durable_start(struct sbxd *d, sbx_error *err);
 /* Answer once every claims.log record appended so far is on disk (at once
  * when sync_claims is off); steals body, NULL for none. */
-void durable_reply(struct sbxd *d, struct http_req *req, int status, json_t *body);
+void durable_reply(struct sbxd *d, struct http_req *req, const char *verb, int status, json_t *body);
 /* true when records are synced by the thread rather than in line. */
 bool durable_async(const struct sbxd *d);
 /* Last sync, pending answers written, thread joined. */
@@ -124,13 +150,22 @@ void h_peers(struct sbxd *d, struct http_req *req);
 void h_volumes(struct sbxd *d, struct http_req *req);
 void h_metrics(struct sbxd *d, struct http_req *req);
 json_t *node_info(struct sbxd *d);
-/* Remove a lease: usage event, relays closed, instance destroyed. */
-void lease_end(struct sbxd *d, sbx_lease *l, const char *ev);
+/* Remove a lease: journalled (del record and usage event ev), then relays
+ * closed and the instance destroyed. -1 with nothing changed when the
+ * journal refuses it. */
+int lease_end(struct sbxd *d, sbx_lease *l, const char *ev, sbx_error *err);
 void reap_tick(struct sbxd *d);
 /* Arm the deferred refill kick the pool manager asked for, if any. */
 void arm_kick(struct sbxd *d);
 int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err); /* takes p */
 int recover(struct sbxd *d, sbx_error *err);
+
+/* ---- watch.c ---- */
+/* Watch a claimed sandbox's pid 1: its death marks the lease failed. */
+void watch_arm(struct sbxd *d, sbx_lease *l);
+void watch_arm_all(struct sbxd *d); /* the adopted ones, once the loop exists */
+void watch_disarm(struct sbxd *d, sbx_lease *l);
+void watch_disarm_all(struct sbxd *d);
 
 /* ---- exec.c ---- */
 void h_exec(struct sbxd *d, struct http_req *req, const char *id);

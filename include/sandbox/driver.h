@@ -131,6 +131,7 @@ typedef struct sbx_stats {
   uint64_t mem_limit;
   uint32_t pids;      /* processes and threads now */
   uint32_t pids_max;
+  uint64_t oom_kills; /* processes the OOM killer took from it, ever (jail; 0 for a VM) */
 } sbx_stats;
 
 /* What reconcile found for one sandbox. For a live one, adopted is a handle
@@ -160,6 +161,9 @@ const char *sbx_driver_name(const sbx_driver *d);
 const char *sbx_instance_id(const sbx_instance *s);
 pid_t sbx_instance_pid(const sbx_instance *s); /* host pid of pid 1; 0 for a VM */
 sbx_driver *sbx_instance_driver(const sbx_instance *s);
+/* The driver's pidfd of pid 1 (see the op); -1 when it offers none. Poll
+ * it, or dup it to watch pid 1 beyond the instance's life. */
+int sbx_instance_pidfd(const sbx_instance *s);
 
 /* ---- dispatch (the table, spelled out) ---- */
 int sbx_template_prepare(sbx_driver *d, const sbx_template_spec *spec, sbx_template **out, sbx_error *err);

@@ -61,6 +61,10 @@ typedef struct sbx_pool_provider {
   /* Drop the handle of an instance left running at shutdown; NULL = none. */
   void (*forget)(void *ud, void *inst);
   void *ud;
+  /* Whether a warm instance still runs (owner's thread, must not block);
+   * dead ones are dropped at the tick and never handed out by take, and
+   * refill replaces them. NULL = always. */
+  bool (*alive)(void *ud, void *inst);
 } sbx_pool_provider;
 #define SBX_POOL_PROVIDER_INIT(...) {.struct_size = sizeof(sbx_pool_provider), __VA_ARGS__}
 
@@ -171,6 +175,11 @@ typedef struct sbx_lease {
   bool failed;        /* instance found dead */
   void *inst;         /* provider instance; NULL when failed */
   void *owner_data;   /* for the lease table's owner (relays etc.) */
+  /* With failed: why, as the owner found it (pid 1's exit status or
+   * signal, an OOM kill, gone at a restart), and when (unix seconds). */
+  char failed_reason[128];
+  char failed_cause[8]; /* "oom" | "signal" | "exit" | "gone" */
+  int64_t failed_at;
 } sbx_lease;
 
 typedef struct sbx_lease_table sbx_lease_table;

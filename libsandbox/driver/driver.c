@@ -91,6 +91,10 @@ const char *sbx_driver_name(const sbx_driver *d) { return d->ops->name; }
 const char *sbx_instance_id(const sbx_instance *s) { return HDR(s)->id; }
 pid_t sbx_instance_pid(const sbx_instance *s) { return HDR(s)->pid; }
 sbx_driver *sbx_instance_driver(const sbx_instance *s) { return HDR(s)->drv; }
+int sbx_instance_pidfd(const sbx_instance *s) {
+  const sbx_driver_ops *ops = HDR(s)->drv->ops;
+  return ops->pidfd ? ops->pidfd(s) : -1;
+}
 
 #define OPS(s) (HDR(s)->drv->ops)
 

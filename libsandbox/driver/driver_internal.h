@@ -41,6 +41,9 @@ typedef struct sbx_driver_ops {
    * Returns how many were adopted. Run it before any clone of this driver
    * (a clone in flight has no state file yet and would look dead). */
   int (*reconcile)(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err);
+  /* The pidfd of pid 1 (of the VMM process for a VM): readable once it
+   * exited. Owned by the instance, valid until destroy. NULL: none. */
+  int (*pidfd)(const sbx_instance *s);
 } sbx_driver_ops;
 
 /* Every driver handle starts with this, so the wrappers below dispatch. */

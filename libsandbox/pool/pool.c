@@ -179,6 +179,24 @@ static void pool_destroy_top(sbx_pool_mgr *m, struct pool *p, size_t keep) {
   while (p->n > keep) sbx_pool_mgr_destroy(m, p->stack[--p->n]);
 }
 
+static bool inst_alive(const sbx_pool_mgr *m, void *inst) { return !m->prov.alive || m->prov.alive(m->prov.ud, inst); }
+
+/* Warm instances that died in the stack (pid 1 killed, the VM gone) are
+ * destroyed, keeping the order of the rest; refill makes up for them. */
+static void drop_dead(sbx_pool_mgr *m, struct pool *p) {
+  size_t w = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    if (inst_alive(m, p->stack[i])) {
+      p->stack[w++] = p->stack[i];
+      continue;
+    }
+    sbx_warn("pool %s|%s|%s: a warm instance died; replacing it", p->conf.key.tmpl, p->conf.key.net,
+             p->conf.key.size);
+    sbx_pool_mgr_destroy(m, p->stack[i]);
+  }
+  p->n = w;
+}
+
 /* ---- prepare (golden) ---- */
 
 struct prepare_job {
@@ -351,6 +369,7 @@ void sbx_pool_mgr_tick(sbx_pool_mgr *m, uint64_t now) {
     struct pool *p = m->pools[i];
     if (p->removed) continue;
     rate_advance(p, now);
+    drop_dead(m, p);
     size_t target = (size_t)pool_target(p);
     if (p->n > target) {
       if (p->above_since_ns == 0) p->above_since_ns = now;
@@ -424,6 +443,13 @@ int sbx_pool_mgr_take(sbx_pool_mgr *m, const sbx_pool_key *key, void **inst) {
   p->bin_count++;
   if (p->n == 0 || m->kick_delay_ns == 0) sbx_pool_mgr_kick(m);
   else if (m->kick_due_ns == 0) m->kick_due_ns = now + m->kick_delay_ns;
+  /* Never hand out one that died since the last tick. */
+  while (p->n > 0 && !inst_alive(m, p->stack[p->n - 1])) {
+    sbx_warn("pool %s|%s|%s: a warm instance died; replacing it", p->conf.key.tmpl, p->conf.key.net,
+             p->conf.key.size);
+    sbx_pool_mgr_destroy(m, p->stack[--p->n]);
+    sbx_pool_mgr_kick(m);
+  }
   if (p->n == 0) return SBX_E_NOTFOUND;
   *inst = p->stack[--p->n];
   return 0;

@@ -235,6 +235,12 @@ int jail_cgroup_freeze(jail_cgroup *cg, const char *id, bool frozen, sbx_error *
   return sbx_err(err, SBX_E_TIMEOUT, "cgroup %s did not freeze", id);
 }
 
+/* The "oom_kill N" line of memory.events (v2) or memory.oom_control (v1). */
+static uint64_t oom_kill_count(const char *text) {
+  const char *p = strstr(text, "oom_kill ");
+  return p ? strtoull(p + 9, NULL, 10) : 0;
+}
+
 int jail_cgroup_stats(jail_cgroup *cg, const char *id, sbx_stats *st, sbx_error *err) {
   memset(st, 0, sizeof *st);
   if (!jail_cgroup_exists(cg, id)) return sbx_err(err, SBX_E_NOTFOUND, "no cgroup for %s", id);
@@ -246,10 +252,14 @@ int jail_cgroup_stats(jail_cgroup *cg, const char *id, sbx_stats *st, sbx_error 
     }
     st->mem_bytes = read_u64(dir_of(cg, 0), id, "memory.current");
     st->mem_limit = read_u64(dir_of(cg, 0), id, "memory.max");
+    if (read_at(dir_of(cg, 0), id, "memory.events", buf, sizeof buf) > 0) st->oom_kills = oom_kill_count(buf);
   } else {
     if (cg->have[CTL_CPUACCT]) st->cpu_ns = read_u64(dir_of(cg, CTL_CPUACCT), id, "cpuacct.usage");
     st->mem_bytes = read_u64(dir_of(cg, CTL_MEMORY), id, "memory.usage_in_bytes");
     st->mem_limit = read_u64(dir_of(cg, CTL_MEMORY), id, "memory.limit_in_bytes");
+    char buf[256];
+    if (read_at(dir_of(cg, CTL_MEMORY), id, "memory.oom_control", buf, sizeof buf) > 0)
+      st->oom_kills = oom_kill_count(buf);
   }
   st->pids = (uint32_t)read_u64(dir_of(cg, CTL_PIDS), id, "pids.current");
   uint64_t pm = read_u64(dir_of(cg, CTL_PIDS), id, "pids.max");

@@ -484,6 +484,8 @@ int jail_destroy(sbx_instance *s, sbx_error *err) {
   return rc < 0 ? rc : rc2;
 }
 
+static int jail_pidfd(const sbx_instance *s) { return s->pidfd; }
+
 const sbx_driver_ops sbxi_jail_driver_ops = {
     .name = "jail",
     .open = jail_open,
@@ -502,4 +504,5 @@ const sbx_driver_ops sbxi_jail_driver_ops = {
     .wait = jail_wait,
     .destroy = jail_destroy,
     .reconcile = jail_reconcile,
+    .pidfd = jail_pidfd,
 };

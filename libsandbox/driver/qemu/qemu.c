@@ -292,6 +292,8 @@ static int qemu_wait_op(sbx_instance *s, int timeout_ms, int *code, sbx_error *e
 
 static int qemu_destroy(sbx_instance *s, sbx_error *err) { return qemu_vm_destroy(s, err); }
 
+static int qemu_pidfd(const sbx_instance *s) { return s->pidfd; }
+
 const sbx_driver_ops sbxi_qemu_driver_ops = {
     .name = "qemu",
     .open = qemu_open,
@@ -310,4 +312,5 @@ const sbx_driver_ops sbxi_qemu_driver_ops = {
     .wait = qemu_wait_op,
     .destroy = qemu_destroy,
     .reconcile = qemu_reconcile,
+    .pidfd = qemu_pidfd,
 };

@@ -9,7 +9,7 @@
 #define ACME "acme-token-0123456789abcdef0123456789"
 #define BETA "beta-token-0123456789abcdef0123456789"
 
-static const char *CONFIG =
+__attribute__((unused)) static const char *CONFIG =
     "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\",\"api_token\":\"" ROOT "\","
     "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"tenants\":[{\"name\":\"acme\",\"token\":\"" ACME "\",\"max_claims\":3},"
     "{\"name\":\"beta\",\"token\":\"" BETA "\"}],"
@@ -17,14 +17,14 @@ static const char *CONFIG =
 
 static struct sbxd_proc P;
 
-static int setup(void **state) {
+__attribute__((unused)) static int setup(void **state) {
   sbxd_prepare(&P, CONFIG);
   return sbxd_start(&P);
 }
 
 /* A clean SIGTERM exit is part of every test: under ASan it also means
  * the daemon ran without memory errors or leaks. */
-static int teardown(void **state) {
+__attribute__((unused)) static int teardown(void **state) {
   int rc = sbxd_stop(&P, SIGTERM);
   sbxd_jail_cleanup(&P);
   if (rc != 0) fprintf(stderr, "sandboxd exited with %d\n", rc);
@@ -60,5 +60,35 @@ __attribute__((unused)) static void release(const struct claim *c) {
   char path[128];
   snprintf(path, sizeof path, "/v1/sandboxes/%s/release", c->id);
   assert_int_equal(sbxd_status(P.port, "POST", path, c->token, NULL), 204);
+}
+
+/* Warm count of the pool of template "host" and this size; -1 if none. */
+__attribute__((unused)) static int pool_warm(const char *size) {
+  struct http_resp r;
+  sbxd_http(P.port, "GET", "/v1/info", ROOT, NULL, &r);
+  json_t *v = body_json(&r);
+  int warm = -1;
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(v, "pools"), i, p) {
+    json_t *k = json_object_get(p, "key");
+    if (strcmp(json_string_value(json_object_get(k, "template")), "host") == 0 &&
+        strcmp(json_string_value(json_object_get(k, "size")), size) == 0)
+      warm = (int)json_integer_value(json_object_get(p, "warm"));
+  }
+  json_decref(v);
+  http_resp_free(&r);
+  return warm;
+}
+
+/* Poll until cond or the guard runs out (a hang guard, not a threshold). */
+__attribute__((unused)) static bool wait_warm(const char *size, int want) {
+  for (int i = 0; i < 3000; i++) {
+    if (pool_warm(size) == want) return true;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
 
 #endif

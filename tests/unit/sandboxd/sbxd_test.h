@@ -142,7 +142,18 @@ static inline int sbxd_check_config(const char *config_text, char *out, size_t o
   return rc;
 }
 
-/* Start the daemon on p->config; returns 0 once it printed its port. */
+static inline void sbxd_log_append(const struct sbxd_proc *p, const char *text) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/daemon.log", p->dir);
+  FILE *f = fopen(path, "a");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+/* Start the daemon on p->config; returns 0 once it printed its port. What
+ * it logged until then starts daemon.log. */
 static inline int sbxd_start(struct sbxd_proc *p) {
   int pfd[2];
   if (pipe2(pfd, O_CLOEXEC) < 0) return -1;
@@ -179,18 +190,13 @@ static inline int sbxd_start(struct sbxd_proc *p) {
     if (m) {
       p->port = atoi(m + strlen("sandboxd: ready port="));
       fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+      sbxd_log_append(p, buf);
       return 0;
     }
     if (got == sizeof buf - 1) got = 0;
   }
   fprintf(stderr, "sandboxd did not start:\n%s\n", buf);
-  char path[320];
-  snprintf(path, sizeof path, "%s/daemon.log", p->dir);
-  FILE *f = fopen(path, "a");
-  if (f) {
-    fputs(buf, f);
-    fclose(f);
-  }
+  sbxd_log_append(p, buf);
   return -1;
 }
 
@@ -273,9 +279,8 @@ static inline int sbxd_count_sandboxes(const struct sbxd_proc *p) {
 /* sandboxd leaves sandboxes running when it stops (§5.13), so cleaning up
  * is a restart that owns nothing: no journalled claims and no pools, so
  * reconcile destroys every sandbox under the data_dir and none is made.
- * Then the temp dir and the cgroup parent go. Call with the daemon stopped
- * (or it is killed first). */
-static inline void sbxd_jail_cleanup(struct sbxd_proc *p) {
+ * Call with the daemon stopped (or it is killed first). */
+static inline void sbxd_jail_destroy_all(struct sbxd_proc *p) {
   if (p->pid > 0) sbxd_stop(p, SIGKILL);
   char path[320];
   snprintf(path, sizeof path, "%s/data/claims.json", p->dir);
@@ -291,8 +296,57 @@ static inline void sbxd_jail_cleanup(struct sbxd_proc *p) {
                     "\"jail\":{\"cgroup_root\":\"@CGROUP@\"}}";
   sbxd_write_config(p, cfg);
   if (sbxd_start(p) == 0) sbxd_stop(p, SIGTERM);
+}
+
+/* Every sandbox destroyed, then the temp dir and the cgroup parent. */
+static inline void sbxd_jail_cleanup(struct sbxd_proc *p) {
+  sbxd_jail_destroy_all(p);
   sbxd_cleanup(p);
   sbxd_remove_cgroup_parent(p);
+}
+
+/* The driver's name (vm) of a claimed sandbox, from its claim event in
+ * usage.jsonl (§6.1); "" if none. */
+static inline void sbxd_vm_of(const struct sbxd_proc *p, const char *id, char *vm, size_t len) {
+  char path[320], line[4096];
+  snprintf(path, sizeof path, "%s/data/usage.jsonl", p->dir);
+  vm[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    json_t *v = json_loads(line, 0, NULL);
+    const char *ev = json_string_value(json_object_get(v, "ev"));
+    const char *i = json_string_value(json_object_get(v, "id"));
+    if (ev && i && strcmp(ev, "claim") == 0 && strcmp(i, id) == 0)
+      snprintf(vm, len, "%s", json_string_value(json_object_get(v, "vm")));
+    json_decref(v);
+  }
+  fclose(f);
+}
+
+/* The host pid of a jail's pid 1 (silkd): the process of its pids cgroup
+ * that is 1 in its own pid namespace; -1 if none. */
+static inline pid_t sbxd_jail_pid1(const struct sbxd_proc *p, const char *vm) {
+  char path[400], line[512];
+  snprintf(path, sizeof path, "/sys/fs/cgroup/pids/%s/%s/cgroup.procs", p->cgroup, vm);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  pid_t found = -1;
+  long pid;
+  while (found < 0 && fscanf(f, "%ld", &pid) == 1) {
+    char st[64];
+    snprintf(st, sizeof st, "/proc/%ld/status", pid);
+    FILE *s = fopen(st, "r");
+    if (!s) continue;
+    while (fgets(line, sizeof line, s)) {
+      if (strncmp(line, "NSpid:", 6) != 0) continue;
+      char *last = strrchr(line, '\t');
+      if (last && atol(last + 1) == 1) found = (pid_t)pid;
+    }
+    fclose(s);
+  }
+  fclose(f);
+  return found;
 }
 
 struct http_resp {

@@ -29,6 +29,7 @@ struct fake {
   int fail_next;          /* provision failures still to inject */
   const char *fail_msg;
   int prepare_fail;       /* prepare failures still to inject */
+  intptr_t dead_upto;     /* instances 1..dead_upto have "died" */
 };
 
 static int f_prepare(void *ud, const sbx_pool_key *key, sbx_error *err) {
@@ -70,10 +71,15 @@ static void f_forget(void *ud, void *inst) {
 static struct fake F;
 static sbx_pool_mgr *M;
 
+static bool f_alive(void *ud, void *inst) {
+  struct fake *f = ud;
+  return (intptr_t)inst > f->dead_upto;
+}
+
 static int setup(void **state) {
   memset(&F, 0, sizeof F);
   pthread_mutex_init(&F.mu, NULL);
-  sbx_pool_provider p = SBX_POOL_PROVIDER_INIT(f_prepare, f_provision, f_destroy, f_forget, &F);
+  sbx_pool_provider p = SBX_POOL_PROVIDER_INIT(f_prepare, f_provision, f_destroy, f_forget, &F, f_alive);
   return sbx_pool_mgr_new(&p, 2, &M, NULL);
 }
 
@@ -300,7 +306,7 @@ static void test_shutdown_forgets_warm(void **state) {
   sbx_pool_mgr_free(M);
   assert_int_equal(F.forgotten, 2);
   assert_int_equal(F.destroyed, 0);
-  sbx_pool_provider p = SBX_POOL_PROVIDER_INIT(f_prepare, f_provision, f_destroy, f_forget, &F);
+  sbx_pool_provider p = SBX_POOL_PROVIDER_INIT(f_prepare, f_provision, f_destroy, f_forget, &F, f_alive);
   assert_int_equal(sbx_pool_mgr_new(&p, 2, &M, NULL), 0);
 }
 
@@ -436,6 +442,37 @@ static void test_leases(void **state) {
   sbx_lease_table_free(t);
 }
 
+/* A warm instance that died in the stack is never handed out: take skips
+ * it, the tick drops it, and refill replaces it. */
+static void test_dead_warm_replaced(void **state) {
+  set1("host", 3, 0);
+  settle();
+  sbx_pool_key k = key("host");
+  /* Every warm one died: take passes over them and finds none. */
+  F.dead_upto = F.made;
+  void *a;
+  assert_int_equal(sbx_pool_mgr_take(M, &k, &a), SBX_E_NOTFOUND);
+  settle();
+  assert_int_equal(F.destroyed, 3);
+  assert_int_equal(stat_of("host").warm, 3); /* replaced */
+  assert_int_equal(sbx_pool_mgr_take(M, &k, &a), 0);
+  assert_true((intptr_t)a > F.dead_upto);
+  sbx_pool_mgr_destroy(M, a);
+  settle();
+  /* They die in the stack: the tick drops them and refill makes them up. */
+  int destroyed = F.destroyed;
+  F.dead_upto = F.made;
+  sbx_pool_mgr_tick(M, sbx_now_ns());
+  settle();
+  assert_int_equal(F.destroyed, destroyed + 3);
+  assert_int_equal(stat_of("host").warm, 3);
+  assert_int_equal(sbx_pool_mgr_take(M, &k, &a), 0);
+  assert_true((intptr_t)a > F.dead_upto);
+  sbx_pool_mgr_destroy(M, a);
+  set1("host", 0, 0);
+  settle();
+}
+
 static void test_secret_eq(void **state) {
   assert_true(sbxi_secret_eq("abc", "abc"));
   assert_false(sbxi_secret_eq("abc", "abd"));
@@ -458,6 +495,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_shutdown_forgets_warm, setup, teardown),
       cmocka_unit_test_setup_teardown(test_provision_on_miss, setup, teardown),
       cmocka_unit_test_setup_teardown(test_worker_sched, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dead_warm_replaced, setup, teardown),
       cmocka_unit_test(test_leases),
       cmocka_unit_test(test_secret_eq),
   };

@@ -16,7 +16,6 @@
 #include "sbxd_test.h"
 
 #include "sbxd_api_fixture.h"
-}
 
 static void test_version_and_bad_configs(void **state) {
   char out[4096];
@@ -55,6 +54,77 @@ static void test_version_and_bad_configs(void **state) {
   }
   const char *missing[] = {"--config", "/nonexistent/sandboxd.json", NULL};
   assert_int_equal(sbxd_run_once(missing, out, sizeof out), 2);
+}
+
+/* No listen binds loopback; open mode (no api_token) off loopback is
+ * refused unless allow_open_mode says so, and then warned about. */
+static void test_listen_and_open_mode(void **state) {
+  char out[4096];
+  static const struct {
+    const char *json;
+    int rc;
+    const char *needle;
+  } cases[] = {
+      {"{}", 0, "listen 127.0.0.1:7777, open mode"},
+      {"{\"api_token\":\"t\"}", 0, "listen 127.0.0.1:7777, token mode"},
+      {"{\"listen\":\"[::1]:7000\"}", 0, "listen [::1]:7000, open mode"},
+      {"{\"listen\":\"0.0.0.0:7777\"}", 2, "set api_token, listen on 127.0.0.1, or set allow_open_mode: true"},
+      {"{\"listen\":\":7777\"}", 2, "open mode (no api_token) on every address"},
+      {"{\"listen\":\"10.1.2.3:7777\"}", 2, "open mode (no api_token) on 10.1.2.3"},
+      {"{\"listen\":\"0.0.0.0:7777\",\"api_token\":\"t\"}", 0, "listen 0.0.0.0:7777, token mode"},
+      {"{\"listen\":\"0.0.0.0:7777\",\"allow_open_mode\":true}", 0, "open mode on every address (allow_open_mode)"},
+      {"{\"allow_open_mode\":\"yes\"}", 2, "allow_open_mode: must be true or false"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    assert_int_equal(sbxd_check_config(cases[i].json, out, sizeof out), cases[i].rc);
+    if (!strstr(out, cases[i].needle)) fprintf(stderr, "config %s: no \"%s\" in: %s\n", cases[i].json, cases[i].needle, out);
+    assert_non_null(strstr(out, cases[i].needle));
+  }
+  /* The token-less loopback default says nothing; allowed open mode warns. */
+  assert_int_equal(sbxd_check_config("{}", out, sizeof out), 0);
+  assert_null(strstr(out, "allow_open_mode"));
+  /* A daemon refused at start, and one allowed, warning in its log. */
+  struct sbxd_proc q;
+  sbxd_prepare(&q, "{\"listen\":\"0.0.0.0:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\",\"pools\":[]}");
+  const char *args[] = {"--config", q.config, NULL};
+  assert_int_equal(sbxd_run_once(args, out, sizeof out), 2);
+  assert_non_null(strstr(out, "allow_open_mode"));
+  sbxd_write_config(&q, "{\"listen\":\"0.0.0.0:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
+                        "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"allow_open_mode\":true,\"pools\":[]}");
+  assert_int_equal(sbxd_start(&q), 0);
+  assert_int_equal(sbxd_status(q.port, "GET", "/v1/info", NULL, NULL), 200);
+  assert_int_equal(sbxd_stop(&q, SIGTERM), 0);
+  char path[320];
+  static char log[65536];
+  snprintf(path, sizeof path, "%s/daemon.log", q.dir);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(log, 1, sizeof log - 1, f) : 0;
+  log[n] = '\0';
+  if (f) fclose(f);
+  assert_non_null(strstr(log, "open mode on every address (allow_open_mode)"));
+  /* A reload is checked against the address in use: dropping api_token
+   * from a node on every address is refused, even if the file now says
+   * loopback (listen changes need a restart). */
+  sbxd_write_config(&q, "{\"listen\":\"0.0.0.0:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
+                        "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"api_token\":\"t\",\"pools\":[]}");
+  assert_int_equal(sbxd_start(&q), 0);
+  sbxd_write_config(&q, "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
+                        "\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"pools\":[]}");
+  kill(q.pid, SIGHUP);
+  bool refused = false;
+  for (int i = 0; i < 3000 && !refused; i++) {
+    usleep(10000);
+    sbxd_drain_log(&q);
+    f = fopen(path, "r");
+    n = f ? fread(log, 1, sizeof log - 1, f) : 0;
+    log[n] = '\0';
+    if (f) fclose(f);
+    refused = strstr(log, "SIGHUP: reload refused") != NULL;
+  }
+  assert_true(refused);
+  assert_int_equal(sbxd_status(q.port, "GET", "/v1/info", NULL, NULL), 401);
+  assert_int_equal(sbxd_stop(&q, SIGTERM), 0);
+  sbxd_jail_cleanup(&q);
 }
 
 static void test_healthz_and_routes(void **state) {
@@ -409,6 +479,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version_and_bad_configs),
+      cmocka_unit_test(test_listen_and_open_mode),
       cmocka_unit_test_setup_teardown(test_healthz_and_routes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_node_auth_matrix, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sandbox_auth_matrix, setup, teardown),

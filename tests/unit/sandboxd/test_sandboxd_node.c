@@ -1,7 +1,9 @@
 /* test_sandboxd_node: a real sandboxd with the real jail driver and silkd
  * (root), its node state: pools retuned and persisted, drain, metrics,
  * reaping and usage.jsonl, kill -9 recovery (also with sync_claims and its
- * group commit), open mode, pool warmup and SIGHUP reload. The HTTP API proper is in test_sandboxd_api.c. */
+ * group commit), open mode, pool warmup and SIGHUP reload. The HTTP API
+ * proper is in test_sandboxd_api.c, failed sandboxes in
+ * test_sandboxd_failed.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,36 +15,6 @@
 #include "sbxd_test.h"
 
 #include "sbxd_api_fixture.h"
-}
-
-/* Warm count of the pool of template "host" and this size; -1 if none. */
-static int pool_warm(const char *size) {
-  struct http_resp r;
-  sbxd_http(P.port, "GET", "/v1/info", ROOT, NULL, &r);
-  json_t *v = body_json(&r);
-  int warm = -1;
-  size_t i;
-  json_t *p;
-  json_array_foreach(json_object_get(v, "pools"), i, p) {
-    json_t *k = json_object_get(p, "key");
-    if (strcmp(json_string_value(json_object_get(k, "template")), "host") == 0 &&
-        strcmp(json_string_value(json_object_get(k, "size")), size) == 0)
-      warm = (int)json_integer_value(json_object_get(p, "warm"));
-  }
-  json_decref(v);
-  http_resp_free(&r);
-  return warm;
-}
-
-/* Poll until cond or the guard runs out (a hang guard, not a threshold). */
-static bool wait_warm(const char *size, int want) {
-  for (int i = 0; i < 3000; i++) {
-    if (pool_warm(size) == want) return true;
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  return false;
-}
 
 static void test_pools_and_drain(void **state) {
   assert_true(wait_warm("small", 2));
