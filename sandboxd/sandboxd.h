@@ -14,6 +14,7 @@
 #include "config.h"
 #include "http.h"
 #include "provider.h"
+#include "util/util.h" /* libsandbox's internal utility layer */
 
 #define TTL_DEFAULT 300
 #define TTL_MAX 86400
@@ -67,7 +68,6 @@ void key_hash(const sbx_pool_key *k, char out[33]);
 int64_t now_unix(void);
 /* RFC 3339 UTC, with nanoseconds when ns is true. */
 void fmt_time(int64_t secs, long nsec, bool ns, char *buf, size_t len);
-bool valid_sandbox_id(const char *s);
 void reply_json(struct http_req *req, int status, json_t *body); /* steals body */
 void reply_error(struct http_req *req, int status, const char *msg);
 /* Decode a request body: an empty body is {}; strict rejects duplicates.

@@ -24,14 +24,7 @@
 #include <sandbox/core.h>
 
 #include "layers.h"
-
-static int open_beneath(int root, const char *rel, int flags) {
-  struct open_how how;
-  memset(&how, 0, sizeof how);
-  how.flags = (uint64_t)(flags | O_CLOEXEC);
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return (int)syscall(SYS_openat2, root, rel, &how, sizeof how);
-}
+#include "util/util.h"
 
 /* "./a//b/" -> "a/b"; NULL (unsafe) for absolute names and ".." parts. */
 static const char *clean_name(const char *in, char *buf, size_t cap) {
@@ -73,7 +66,7 @@ static int open_parent(int root, char *rel, const char **base) {
       close(fd);
       return -1;
     }
-    int next = open_beneath(fd, c, O_PATH | O_DIRECTORY);
+    int next = sbxi_open_beneath(fd, c, O_PATH | O_DIRECTORY);
     int e = errno;
     close(fd);
     errno = e;
@@ -126,7 +119,7 @@ static int extract_one(struct archive *a, struct archive_entry *e, int root, sbx
     if (!clean_name(hl, target, sizeof target)) {
       rc = sbx_err(err, SBX_E_PARSE, "unsafe hard link target \"%s\"", hl);
     } else {
-      int tfd = open_beneath(root, target, O_PATH);
+      int tfd = sbxi_open_beneath(root, target, O_PATH);
       if (tfd < 0 || linkat(tfd, "", pfd, base, AT_EMPTY_PATH) < 0)
         rc = sbx_err_os(err, errno, "hard link %s -> %s", name, target);
       if (tfd >= 0) close(tfd);
