@@ -17,18 +17,21 @@
 
 #define PF_CHUNK (192 * 1024) /* raw bytes per data frame (256 KiB base64) */
 
+/* Client bytes as data frames, each encoded straight into the guest's
+ * output buffer. */
 static void pf_send_data(struct relay *r, struct evbuffer *in) {
   struct evbuffer *out = bufferevent_get_output(r->guest);
-  char *b64 = sbx_malloc(sbx_b64_encoded_len(PF_CHUNK) + 1);
   while (evbuffer_get_length(in)) {
     size_t n = evbuffer_get_length(in);
     if (n > PF_CHUNK) n = PF_CHUNK;
     unsigned char *p = evbuffer_pullup(in, (ssize_t)n);
-    size_t el = sbx_b64_encode(b64, p, n);
-    evbuffer_add_printf(out, "{\"v\":1,\"op\":\"data\",\"data\":\"%.*s\"}\n", (int)el, b64);
+    size_t fl = sbx_wire_bulk_frame_len(SBX_BULK_REQ_DATA, n);
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(out, (ssize_t)fl, &v, 1) < 1) break; /* out of memory: the relay stalls */
+    v.iov_len = sbx_wire_bulk_encode_into(v.iov_base, SBX_BULK_REQ_DATA, p, n);
+    evbuffer_commit_space(out, &v, 1);
     evbuffer_drain(in, n);
   }
-  sbx_free(b64);
 }
 
 static void pf_client_read(struct bufferevent *bev, void *arg) {
@@ -68,14 +71,16 @@ static void pf_client_event(struct bufferevent *bev, short what, void *arg) {
   }
   if (what & BEV_EVENT_EOF) {
     pf_send_data(r, bufferevent_get_input(bev));
-    evbuffer_add_printf(bufferevent_get_output(r->guest), "{\"v\":1,\"op\":\"data_end\"}\n");
+    sbx_wire_req end = {.op = SBX_OP_DATA_END};
+    frame_send(bufferevent_get_output(r->guest), &end, NULL);
     r->client_eof = true;
     bufferevent_disable(bev, EV_READ);
     pf_check(r);
   }
 }
 
-static void pf_become_relay(struct relay *r) {
+/* false when the relay is gone (the client could not be upgraded). */
+static bool pf_become_relay(struct relay *r) {
   r->ready = true;
   evtimer_del(r->timer);
   struct http_req *req = r->req;
@@ -84,59 +89,79 @@ static void pf_become_relay(struct relay *r) {
   r->client = http_upgrade(req, TCP_101, sizeof TCP_101 - 1, &eof);
   if (!r->client) {
     relay_free(r);
-    return;
+    return false;
   }
   relay_io_size(r->client);
   bufferevent_setcb(r->client, pf_client_read, pf_client_written, pf_client_event, r);
   bufferevent_enable(r->client, EV_READ | EV_WRITE);
   if (evbuffer_get_length(bufferevent_get_input(r->client))) pf_client_read(r->client, r);
   if (eof) pf_client_event(r->client, BEV_EVENT_EOF | BEV_EVENT_READING, r);
+  return true;
+}
+
+/* A data frame in canonical shape: its payload decoded straight into the
+ * client's output buffer. 1 if it was one (bad base64 drops it, as a full
+ * decode would), 0 for any other frame. */
+static int pf_bulk_to_client(struct relay *r, const char *line, size_t len) {
+  struct evbuffer *out = bufferevent_get_output(r->client);
+  struct evbuffer_iovec v;
+  if (evbuffer_reserve_space(out, (ssize_t)sbx_b64_decoded_max(len) + 1, &v, 1) < 1) return 0;
+  sbx_wire_bulk kind;
+  size_t got = 0;
+  int rc = sbx_wire_bulk_decode(line, len, &kind, v.iov_base, v.iov_len, &got, NULL);
+  if (rc == 0 || (rc == 1 && kind != SBX_BULK_DATA)) return 0; /* nothing committed */
+  v.iov_len = rc == 1 ? got : 0;
+  evbuffer_commit_space(out, &v, 1);
+  return 1;
+}
+
+/* One frame from the guest once ready: false when the relay is gone. */
+static bool pf_guest_frame(struct relay *r, struct bufferevent *bev, const char *line, size_t len) {
+  if (pf_bulk_to_client(r, line, len)) {
+    pace(bev, r->client);
+    return !pf_check(r);
+  }
+  sbx_wire_resp f;
+  if (sbx_wire_decode_resp(line, len, &f, NULL) < 0) return !pf_check(r); /* ignored, as any stray frame */
+  sbx_wire_type type = f.type;
+  if (type == SBX_RESP_DATA) {
+    bufferevent_write(r->client, f.u.data.data.ptr, f.u.data.data.len);
+    pace(bev, r->client);
+  } else if (type == SBX_RESP_DONE) {
+    r->guest_eof = true;
+  }
+  sbx_wire_resp_free(&f);
+  if (type == SBX_RESP_ERROR) {
+    relay_free(r);
+    return false;
+  }
+  return !pf_check(r);
+}
+
+/* Before ready: the frame must be `ready` (else 502), then the upgrade. */
+static bool pf_guest_ready(struct relay *r, const char *line, size_t len) {
+  sbx_wire_resp f;
+  bool ok = sbx_wire_decode_resp(line, len, &f, NULL) == 0 && f.type == SBX_RESP_READY;
+  if (ok) sbx_wire_resp_free(&f);
+  if (!ok) {
+    relay_free(r); /* answers 502 */
+    return false;
+  }
+  return pf_become_relay(r);
 }
 
 static void pf_guest_read(struct bufferevent *bev, void *arg) {
   struct relay *r = arg;
   struct evbuffer *in = bufferevent_get_input(bev);
-  for (;;) {
-    struct evbuffer_ptr nl = evbuffer_search(in, "\n", 1, NULL);
-    if (nl.pos < 0) {
-      if (evbuffer_get_length(in) > 8 * 1024 * 1024) relay_free(r);
-      return;
-    }
-    size_t len = (size_t)nl.pos;
-    json_error_t je;
-    json_t *f = json_loadb((const char *)evbuffer_pullup(in, (ssize_t)len + 1), len, 0, &je);
+  const char *line;
+  size_t len;
+  int got;
+  while ((got = frame_next(in, 8 * 1024 * 1024, &line, &len)) == 1) {
+    bool alive = r->ready ? pf_guest_frame(r, bev, line, len) : pf_guest_ready(r, line, len);
+    if (!alive) return;
     evbuffer_drain(in, len + 1);
-    const char *type = f ? json_string_value(json_object_get(f, "type")) : NULL;
-    type = type ? type : "";
-    if (!r->ready) {
-      bool ok = strcmp(type, "ready") == 0;
-      json_decref(f);
-      if (!ok) {
-        relay_free(r); /* answers 502 */
-        return;
-      }
-      pf_become_relay(r);
-      continue;
-    }
-    if (strcmp(type, "data") == 0) {
-      json_t *dv = json_object_get(f, "data");
-      size_t bl = json_string_length(dv);
-      char *raw = sbx_malloc(sbx_b64_decoded_max(bl) + 1);
-      size_t got;
-      if (json_is_string(dv) && sbx_b64_decode(raw, json_string_value(dv), bl, &got, NULL) == 0)
-        bufferevent_write(r->client, raw, got);
-      sbx_free(raw);
-      pace(bev, r->client);
-    } else if (strcmp(type, "done") == 0) {
-      r->guest_eof = true;
-    } else if (strcmp(type, "error") == 0) {
-      json_decref(f);
-      relay_free(r);
-      return;
-    }
-    json_decref(f);
-    if (pf_check(r)) return;
   }
+  if (got < 0) relay_free(r);
 }
 
 static void pf_guest_written(struct bufferevent *bev, void *arg) {
@@ -175,5 +200,6 @@ void h_port(struct sbxd *d, struct http_req *req, const char *id, const char *po
   evtimer_add(r->timer, &tv);
   bufferevent_setcb(r->guest, pf_guest_read, pf_guest_written, pf_guest_event, r);
   bufferevent_enable(r->guest, EV_READ | EV_WRITE);
-  evbuffer_add_printf(bufferevent_get_output(r->guest), "{\"v\":1,\"op\":\"port_forward\",\"port\":%ld}\n", pn);
+  sbx_wire_req pf = {.op = SBX_OP_PORT_FORWARD, .u.port_forward.port = (uint16_t)pn};
+  frame_send(bufferevent_get_output(r->guest), &pf, NULL);
 }

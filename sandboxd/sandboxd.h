@@ -10,6 +10,7 @@
 
 #include <sandbox/core.h>
 #include <sandbox/pool.h>
+#include <sandbox/wire.h>
 
 #include "config.h"
 #include "http.h"
@@ -140,6 +141,15 @@ int recover(struct sbxd *d, sbx_error *err);
 /* ---- exec.c ---- */
 void h_exec(struct sbxd *d, struct http_req *req, const char *id);
 void exec_shutdown(struct sbxd *d);
+
+/* ---- frames.c: silkd frames through libsandbox's codec ---- */
+struct evbuffer;
+/* Append req, encoded, to out. */
+int frame_send(struct evbuffer *out, const sbx_wire_req *req, sbx_error *err);
+/* The next complete line of in, without its LF, in place (drain len + 1
+ * once done with it): 1, 0 when none is complete yet, -1 when more than
+ * max bytes wait with no LF. */
+int frame_next(struct evbuffer *in, size_t max, const char **line, size_t *len);
 
 /* ---- relay.c ---- */
 void h_agent(struct sbxd *d, struct http_req *req, const char *id);
