@@ -21,7 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "jail.h"
+#include "jailexec.h"
 #include "util/util.h"
 
 /* Negative report steps: the fixed part of the sequence around the ops. */
