@@ -30,7 +30,7 @@
 
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
-#include "../tests/unit/jail/zygote_probe.h"
+#include "zygote_probe.h"
 
 extern char **environ;
 
