@@ -99,22 +99,7 @@ static int ensure_dir(int root, const char *rel) {
     return -1;
   }
   memcpy(part, rel, n + 1);
-  int fd = fcntl(root, F_DUPFD_CLOEXEC, 0);
-  char *save = NULL;
-  for (char *c = strtok_r(part, "/", &save); c && fd >= 0; c = strtok_r(NULL, "/", &save)) {
-    if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) {
-      int e = errno;
-      close(fd);
-      errno = e;
-      return -1;
-    }
-    int next = sbxi_open_beneath(fd, c, O_PATH | O_DIRECTORY);
-    int e = errno;
-    close(fd);
-    errno = e;
-    fd = next;
-  }
-  return fd;
+  return sbxi_mkdirs_beneath(root, part, 0755);
 }
 
 /* An empty regular file beneath root to bind a device or /dev/null onto. */

@@ -59,20 +59,7 @@ static int open_parent(int root, char *rel, const char **base) {
   }
   *slash = '\0';
   *base = slash + 1;
-  int fd = fcntl(root, F_DUPFD_CLOEXEC, 0);
-  char *save = NULL;
-  for (char *c = strtok_r(rel, "/", &save); c && fd >= 0; c = strtok_r(NULL, "/", &save)) {
-    if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) {
-      close(fd);
-      return -1;
-    }
-    int next = sbxi_open_beneath(fd, c, O_PATH | O_DIRECTORY);
-    int e = errno;
-    close(fd);
-    errno = e;
-    fd = next;
-  }
-  return fd;
+  return sbxi_mkdirs_beneath(root, rel, 0755);
 }
 
 static int copy_data(struct archive *a, int fd, sbx_error *err) {
@@ -81,15 +68,7 @@ static int copy_data(struct archive *a, int fd, sbx_error *err) {
   la_int64_t off;
   int r;
   while ((r = archive_read_data_block(a, &buf, &size, &off)) == ARCHIVE_OK) {
-    const char *p = buf;
-    while (size > 0) {
-      ssize_t w = pwrite(fd, p, size, (off_t)off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return sbx_err_os(err, errno, "write");
-      p += w;
-      off += w;
-      size -= (size_t)w;
-    }
+    if (sbxi_pwrite_all(fd, buf, size, (off_t)off) < 0) return sbx_err_os(err, errno, "write");
   }
   if (r != ARCHIVE_EOF) return sbx_err(err, SBX_E_PARSE, "archive data: %s", archive_error_string(a));
   return 0;

@@ -34,6 +34,38 @@ int sbxi_open_beneath(int root, const char *rel, int flags) {
   return (int)syscall(SYS_openat2, root, rel, &how, sizeof how);
 }
 
+int sbxi_mkdirs_beneath(int root, char *rel, unsigned mode) {
+  int fd = fcntl(root, F_DUPFD_CLOEXEC, 0);
+  char *save = NULL;
+  for (char *c = strtok_r(rel, "/", &save); c && fd >= 0; c = strtok_r(NULL, "/", &save)) {
+    if (mkdirat(fd, c, mode) < 0 && errno != EEXIST) {
+      int e = errno;
+      close(fd);
+      errno = e;
+      return -1;
+    }
+    int next = sbxi_open_beneath(fd, c, O_PATH | O_DIRECTORY);
+    int e = errno;
+    close(fd);
+    errno = e;
+    fd = next;
+  }
+  return fd;
+}
+
+int sbxi_pwrite_all(int fd, const void *p, size_t n, off_t off) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t w = pwrite(fd, c, n, off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    c += w;
+    off += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
 /* One component: made, or already a directory. */
 static int mkdir_one(const char *path, unsigned mode) {
   if (mkdir(path, mode) == 0) return 0;

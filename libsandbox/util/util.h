@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include <sandbox/error.h>
 
@@ -26,6 +27,16 @@ int sbxi_write_all(int fd, const void *p, size_t n);
 /* openat2 of rel beneath root with no symlink, magic link or "..", so the
  * result is inside root or the call fails; O_CLOEXEC is added. */
 int sbxi_open_beneath(int root, const char *rel, int flags);
+
+/* mkdir -p of rel beneath root, one component at a time through fds, so
+ * no component is ever resolved through a symlink; then an O_PATH fd on
+ * the final directory, or -1 with errno. rel is cut up in place. Makes no
+ * allocation: the jail's child runs it between clone and exec. */
+int sbxi_mkdirs_beneath(int root, char *rel, unsigned mode);
+
+/* pwrite(2) until all n bytes are at off, retrying EINTR: 0, or -1 with
+ * errno. */
+int sbxi_pwrite_all(int fd, const void *p, size_t n, off_t off);
 
 /* mkdir -p with mode for each created directory: 0, or -1 with errno
  * (EEXIST when a component exists and is not a directory). */
