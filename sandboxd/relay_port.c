@@ -141,8 +141,11 @@ static bool pf_guest_frame(struct relay *r, struct bufferevent *bev, const char 
 /* Before ready: the frame must be `ready` (else 502), then the upgrade. */
 static bool pf_guest_ready(struct relay *r, const char *line, size_t len) {
   sbx_wire_resp f;
-  bool ok = sbx_wire_decode_resp(line, len, &f, NULL) == 0 && f.type == SBX_RESP_READY;
-  if (ok) sbx_wire_resp_free(&f);
+  bool ok = false;
+  if (sbx_wire_decode_resp(line, len, &f, NULL) == 0) {
+    ok = f.type == SBX_RESP_READY;
+    sbx_wire_resp_free(&f);
+  }
   if (!ok) {
     relay_free(r); /* answers 502 */
     return false;
