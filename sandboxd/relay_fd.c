@@ -184,49 +184,23 @@ static bool relay_pipe(int cp[2], size_t pending) {
   return true;
 }
 
-/* Take the connection over: hand it to silkd, else splice it; false
- * (nothing done) when neither can be done, so the caller uses
- * bufferevents. */
-bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int gfd) {
-  if (getenv("SANDBOXD_NO_SPLICE")) return false;
-  bool ho = d->cfg->relay_handoff && http_pending_len(req) <= HANDOFF_MAX && agent_is_unix(gfd);
-  /* The handoff needs no pipe; its fallback makes one then (the pipelined
-   * bytes, at most HANDOFF_MAX, fit any pipe). */
-  int cp[2] = {-1, -1};
-  if (!ho && !relay_pipe(cp, http_pending_len(req))) return false;
-  /* http_detach dups the client fd and closes the connection if that
-   * fails, with no answer. Out of descriptors, fall back to bufferevents
-   * (which need none) instead: the dup gets the one held here. */
+static void pipe_close(int cp[2]) {
+  if (cp[0] >= 0) close(cp[0]), close(cp[1]);
+}
+
+/* http_detach dups the client fd and closes the connection if that fails,
+ * with no answer. Out of descriptors, fall back to bufferevents (which need
+ * none) instead: true when one is to spare for the dup. */
+static bool fd_to_spare(int gfd) {
   int spare = fcntl(gfd, F_DUPFD_CLOEXEC, 0);
-  if (spare < 0) {
-    if (cp[0] >= 0) close(cp[0]), close(cp[1]);
-    return false;
-  }
+  if (spare < 0) return false;
   close(spare);
-  struct evbuffer *pipelined = evbuffer_new();
-  bool eof = false;
-  int cfd = http_detach(req, pipelined, &eof);
-  if (cfd < 0) {
-    evbuffer_free(pipelined);
-    if (cp[0] >= 0) close(cp[0]), close(cp[1]);
-    close(gfd);
-    return true; /* the client is gone: nothing more to do */
-  }
-  evutil_make_socket_nonblocking(cfd);
-  size_t head_sent = 0;
-  /* A client that already ended its stream gets the relay, which sends its
-   * bytes and then closes the guest connection (§4.21). */
-  if (ho && !eof && handoff(d, l, cfd, gfd, pipelined, &head_sent) == 0) {
-    evbuffer_free(pipelined);
-    return true;
-  }
-  if (cp[0] < 0 && !relay_pipe(cp, evbuffer_get_length(pipelined))) {
-    evbuffer_free(pipelined);
-    shutdown(cfd, SHUT_RDWR);
-    close(cfd);
-    close(gfd);
-    return true;
-  }
+  return true;
+}
+
+/* The fd relay of a detached client: both directions and their events, on
+ * the node's list; it owns cfd, gfd and the client->guest pipe from here. */
+static struct relay *fd_relay_new(struct sbxd *d, sbx_lease *l, int cfd, int gfd, const int cp[2]) {
   int cap = fcntl(cp[1], F_GETPIPE_SZ);
   evutil_make_socket_nonblocking(gfd);
   int sb = RELAY_GUEST_SNDBUF; /* FORCE passes net.core.wmem_max (root); else capped there */
@@ -241,29 +215,81 @@ bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int gfd) {
   r->g2c.rev = event_new(d->base, gfd, EV_READ | EV_PERSIST, fd_guest_read, r);
   r->g2c.wev = event_new(d->base, cfd, EV_WRITE | EV_PERSIST, fd_client_write, r);
   r->timer = evtimer_new(d->base, drain_timeout, r);
+  return r;
+}
+
+/* What goes first: the rest of the 101 toward the client, the pipelined
+ * bytes toward the guest. -1 when the pipe took less than all of them. */
+static int fd_relay_prime(struct relay *r, size_t head_sent, struct evbuffer *pipelined) {
   r->g2c.buf = buf_get();
   memcpy(r->g2c.buf, AGENT_101 + head_sent, sizeof AGENT_101 - 1 - head_sent);
   r->g2c.held = sizeof AGENT_101 - 1 - head_sent;
   size_t n = evbuffer_get_length(pipelined);
-  int rc = 0;
-  for (size_t off = 0; rc == 0 && off < n;) {
-    ssize_t w = write(cp[1], evbuffer_pullup(pipelined, (ssize_t)n) + off, n - off);
-    if (w > 0) {
-      off += (size_t)w;
-      r->c2g.held += (size_t)w;
-    } else {
-      rc = -1;
-    }
+  for (size_t off = 0; off < n;) {
+    ssize_t w = write(r->c2g.pipe[1], evbuffer_pullup(pipelined, (ssize_t)n) + off, n - off);
+    if (w <= 0) return -1;
+    off += (size_t)w;
+    r->c2g.held += (size_t)w;
   }
-  evbuffer_free(pipelined);
-  if (rc < 0) {
+  return 0;
+}
+
+/* Run the fd relay of a detached client. */
+static void fd_relay_start(struct sbxd *d, sbx_lease *l, int cfd, int gfd, const int cp[2], size_t head_sent,
+                           struct evbuffer *pipelined, bool eof) {
+  struct relay *r = fd_relay_new(d, l, cfd, gfd, cp);
+  if (fd_relay_prime(r, head_sent, pipelined) < 0) {
     relay_free(r);
-    return true;
+    return;
   }
   /* Client EOF: its bytes still go first, then the relay ends. */
   r->c2g.in_eof = eof;
   fd_g2c(r);
   /* fd_g2c cannot free r before the guest said anything. */
   fd_c2g(r);
+}
+
+/* The detached client: to silkd when the handoff is on and works, else to
+ * the fd relay (closed when no pipe can be had). */
+static void take_detached(struct sbxd *d, sbx_lease *l, int cfd, int gfd, int cp[2], struct evbuffer *pipelined,
+                          bool eof, bool ho) {
+  evutil_make_socket_nonblocking(cfd);
+  size_t head_sent = 0;
+  /* A client that already ended its stream gets the relay, which sends its
+   * bytes and then closes the guest connection (§4.21). */
+  if (ho && !eof && handoff(d, l, cfd, gfd, pipelined, &head_sent) == 0) return;
+  if (cp[0] < 0 && !relay_pipe(cp, evbuffer_get_length(pipelined))) {
+    shutdown(cfd, SHUT_RDWR);
+    close(cfd);
+    close(gfd);
+    return;
+  }
+  fd_relay_start(d, l, cfd, gfd, cp, head_sent, pipelined, eof);
+}
+
+/* Take the connection over: hand it to silkd, else splice it; false
+ * (nothing done) when neither can be done, so the caller uses
+ * bufferevents. */
+bool agent_splice(struct sbxd *d, struct http_req *req, sbx_lease *l, int gfd) {
+  if (getenv("SANDBOXD_NO_SPLICE")) return false;
+  bool ho = d->cfg->relay_handoff && http_pending_len(req) <= HANDOFF_MAX && agent_is_unix(gfd);
+  /* The handoff needs no pipe; its fallback makes one then (the pipelined
+   * bytes, at most HANDOFF_MAX, fit any pipe). */
+  int cp[2] = {-1, -1};
+  if (!ho && !relay_pipe(cp, http_pending_len(req))) return false;
+  if (!fd_to_spare(gfd)) {
+    pipe_close(cp);
+    return false;
+  }
+  struct evbuffer *pipelined = evbuffer_new();
+  bool eof = false;
+  int cfd = http_detach(req, pipelined, &eof);
+  if (cfd >= 0) {
+    take_detached(d, l, cfd, gfd, cp, pipelined, eof, ho);
+  } else { /* the client is gone: nothing more to do */
+    pipe_close(cp);
+    close(gfd);
+  }
+  evbuffer_free(pipelined);
   return true;
 }
