@@ -52,6 +52,32 @@ static inline double bench_percentile(const double *sorted, size_t n, double p) 
 }
 
 /* Order statistics of v[0..n); v itself is left as it was. */
+static inline int bench_cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The p-th percentile of n nanosecond samples (sorted here), in ms. */
+static inline double bench_pct_ms(uint64_t *v, size_t n, double p) {
+  qsort(v, n, sizeof *v, bench_cmp_u64);
+  size_t i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
+  return (double)v[i < n ? i : n - 1] / 1e6;
+}
+
+/* The "key: N kB" line of a /proc file (meminfo, smaps_rollup) in KiB; -1
+ * when absent. */
+static inline long bench_kib_of(const char *file, const char *key) {
+  FILE *f = fopen(file, "r");
+  if (!f) return -1;
+  char line[256];
+  long v = -1;
+  size_t kl = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, key, kl) == 0 && line[kl] == ':') v = strtol(line + kl + 1, NULL, 10);
+  fclose(f);
+  return v;
+}
+
 static inline bench_stats bench_summarize(const double *v, size_t n) {
   double sorted[BENCH_MAX_RUNS];
   if (n > BENCH_MAX_RUNS) n = BENCH_MAX_RUNS;

@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/util.h"
 #include "bench_util.h"
 #include "driver/driver_internal.h"
 
@@ -149,19 +150,6 @@ static int dial(void) {
   return fd;
 }
 
-static int write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* One request on a keep-alive connection; the body lands in body. */
 static int http(int fd, const char *method, const char *path, const char *auth, const char *body, char *out,
                 size_t outlen) {
@@ -170,7 +158,7 @@ static int http(int fd, const char *method, const char *path, const char *auth, 
   if (auth) n += snprintf(req + n, sizeof req - (size_t)n, "Authorization: Bearer %s\r\n", auth);
   n += snprintf(req + n, sizeof req - (size_t)n, "Content-Length: %zu\r\n\r\n%s", body ? strlen(body) : 0,
                 body ? body : "");
-  if (write_all(fd, req, (size_t)n) < 0) return -1;
+  if (sbxi_write_all(fd, req, (size_t)n) < 0) return -1;
   size_t got = 0;
   char buf[65536];
   for (;;) {
@@ -227,7 +215,7 @@ static int claim_ready(int ctl, char *id, char *tok) {
                    "GET /v1/sandboxes/%s/agent HTTP/1.1\r\nHost: b\r\nConnection: Upgrade\r\nUpgrade: silkd\r\n"
                    "Authorization: Bearer %s\r\n\r\n{\"v\":1,\"op\":\"info\"}\n",
                    id, tok);
-  write_all(fd, req, (size_t)n);
+  sbxi_write_all(fd, req, (size_t)n);
   char buf[8192];
   size_t got = 0;
   for (;;) {

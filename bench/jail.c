@@ -30,37 +30,16 @@
 
 #include <sandbox/core.h>
 #include <sandbox/driver.h>
-#include "../tests/unit/jail/zygote_probe.h"
 #include "core/env.h"
+
+#include "bench_util.h"
+#include "zygote_probe.h"
 
 extern char **environ;
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-static double pct(uint64_t *v, size_t n, double p) {
-  qsort(v, n, sizeof *v, cmp_u64);
-  size_t i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
-  return (double)v[i < n ? i : n - 1] / 1e6;
-}
-
 static void report(const char *name, uint64_t *v, size_t n) {
-  printf("%-26s n=%-4zu p50 %7.2f ms  p90 %7.2f ms  p99 %7.2f ms\n", name, n, pct(v, n, 50), pct(v, n, 90),
-         pct(v, n, 99));
-}
-
-static long meminfo_kib(const char *key) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  long v = -1;
-  size_t kl = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, key, kl) == 0 && line[kl] == ':') v = strtol(line + kl + 1, NULL, 10);
-  fclose(f);
-  return v;
+  printf("%-26s n=%-4zu p50 %7.2f ms  p90 %7.2f ms  p99 %7.2f ms\n", name, n, bench_pct_ms(v, n, 50), bench_pct_ms(v, n, 90),
+         bench_pct_ms(v, n, 99));
 }
 
 /* CPU seconds (user, system) used so far by this process and its reaped
@@ -182,10 +161,10 @@ int main(int argc, char **argv) {
   cpu_now(&bu1, &bs1);
   printf("jail driver, host template, size small, silkd %s, started by %s\n", silkd,
          zyg > 0 ? "the zygote" : "exec per clone");
-  double clone50 = (qsort(ready, n, sizeof *ready, cmp_u64), pct(ready, n, 50));
+  double clone50 = (qsort(ready, n, sizeof *ready, bench_cmp_u64), bench_pct_ms(ready, n, 50));
   report("clone -> silkd info", ready, n);
   report("destroy", destroy, n);
-  double bw50 = (qsort(bw, nbwrap, sizeof *bw, cmp_u64), pct(bw, nbwrap, 50));
+  double bw50 = (qsort(bw, nbwrap, sizeof *bw, bench_cmp_u64), bench_pct_ms(bw, nbwrap, 50));
   report("bwrap ... true", bw, nbwrap);
   printf("ratio clone p50 / bwrap p50: %.2fx\n", clone50 / bw50);
   printf("cpu per clone+destroy: %.2f ms (user %.2f, sys %.2f); per bwrap run: %.2f ms (user %.2f, sys %.2f)\n",
@@ -196,7 +175,7 @@ int main(int argc, char **argv) {
   if (density > 0) {
     sbx_instance **all = sbx_calloc(density, sizeof *all);
     sync();
-    long avail0 = meminfo_kib("MemAvailable");
+    long avail0 = bench_kib_of("/proc/meminfo", "MemAvailable");
     size_t made = 0;
     uint64_t charged = 0;
     for (; made < density; made++) {
@@ -206,7 +185,7 @@ int main(int argc, char **argv) {
         break;
       }
     }
-    long avail1 = meminfo_kib("MemAvailable");
+    long avail1 = bench_kib_of("/proc/meminfo", "MemAvailable");
     for (size_t i = 0; i < made; i++) {
       sbx_stats st;
       if (sbx_sandbox_stats(all[i], &st, NULL) == 0) charged += st.mem_bytes;

@@ -20,9 +20,10 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "silkd_client.h"
+
+/* silkd next to this binary (build/bin), found at start. */
 static char bench_bin_dir[4096];
-#define SBX_BUILD_BIN_DIR bench_bin_dir
-#include "../tests/unit/silkd/silkd_client.h"
 #include "driver/driver_internal.h"
 
 #define CHUNK (256 * 1024)
@@ -229,6 +230,7 @@ int main(int argc, char **argv) {
   bench_bin_dir[k] = 0;
   char *slash = strrchr(bench_bin_dir, '/');
   if (slash) *slash = 0;
+  sc_bin_dir = bench_bin_dir;
   signal(SIGPIPE, SIG_IGN);
   silkd_srv srv;
   if (silkd_start(&srv) < 0) die("starting silkd");

@@ -21,30 +21,8 @@
 #include <sandbox/driver.h>
 
 #include "core/env.h"
+#include "bench_util.h"
 #include "driver/qemu/qemu.h"
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-static double pct(uint64_t *v, size_t n, double p) {
-  qsort(v, n, sizeof *v, cmp_u64);
-  size_t i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
-  return (double)v[i < n ? i : n - 1] / 1e6;
-}
-
-static long kib_of(const char *file, const char *key) {
-  FILE *f = fopen(file, "r");
-  if (!f) return -1;
-  char line[256];
-  long v = -1;
-  size_t kl = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, key, kl) == 0 && line[kl] == ':') v = strtol(line + kl + 1, NULL, 10);
-  fclose(f);
-  return v;
-}
 
 static void die(const char *what, const sbx_error *err) {
   fprintf(stderr, "bench-vm: %s: %s\n", what, err->msg);
@@ -131,8 +109,8 @@ int main(int argc, char **argv) {
   clones(dc, gc, n, cp, "copy");
   clones(dm, gm, n, mm, "mmap");
 
-  double c50 = pct(cold, n, 50), c90 = pct(cold, n, 90);
-  double p50 = pct(cp, n, 50), p90 = pct(cp, n, 90), m50 = pct(mm, n, 50), m90 = pct(mm, n, 90);
+  double c50 = bench_pct_ms(cold, n, 50), c90 = bench_pct_ms(cold, n, 90);
+  double p50 = bench_pct_ms(cp, n, 50), p90 = bench_pct_ms(cp, n, 90), m50 = bench_pct_ms(mm, n, 50), m90 = bench_pct_ms(mm, n, 90);
   printf("qemu driver, accel %s, agent %s, tier small (1 vCPU, 512 MiB), n=%zu each\n",
          qd->accel == QEMU_ACCEL_KVM ? "kvm" : "tcg", qd->agent == QEMU_AGENT_VSOCK ? "vsock" : "tcp", n);
   printf("%-34s p50 %8.1f ms  p90 %8.1f ms\n", "cold boot -> silkd answers", c50, c90);
@@ -145,7 +123,7 @@ int main(int argc, char **argv) {
   if (density > 0) {
     sbx_instance **live = sbx_calloc(density, sizeof *live);
     sleep(1);
-    long avail0 = kib_of("/proc/meminfo", "MemAvailable");
+    long avail0 = bench_kib_of("/proc/meminfo", "MemAvailable");
     for (size_t i = 0; i < density; i++) {
       char id[32];
       snprintf(id, sizeof id, "bench-idle-%zu", i);
@@ -155,12 +133,12 @@ int main(int argc, char **argv) {
       if (sbx_sandbox_clone(dm, gm, &cs, &live[i], &err) < 0) die("clone", &err);
     }
     sleep(2); /* let them settle idle */
-    long avail1 = kib_of("/proc/meminfo", "MemAvailable");
+    long avail1 = bench_kib_of("/proc/meminfo", "MemAvailable");
     long pss = 0;
     for (size_t i = 0; i < density; i++) {
       char path[64];
       snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)live[i]->qemu_pid);
-      long v = kib_of(path, "Pss");
+      long v = bench_kib_of(path, "Pss");
       if (v > 0) pss += v;
     }
     double guest_kib = (double)(sbx_size_tier_get("small")->mem_bytes >> 10);

@@ -294,7 +294,7 @@ static void rec_adopt(void *ud, const char *name, struct inst *s) {
   struct rec *r = ud;
   size_t i;
   json_t *c = claim_by_vm(r, name, &i);
-  if (!c || r->found[i] || !valid_sandbox_id(json_string_value(json_object_get(c, "id")) ?: "")) {
+  if (!c || r->found[i] || !sbxi_lease_id_valid(json_string_value(json_object_get(c, "id")) ?: "")) {
     sbx_pool_mgr_destroy(r->d->pm, s);
     return;
   }
@@ -326,7 +326,7 @@ int recover(struct sbxd *d, sbx_error *err) {
       if (r.found[i]) continue;
       sbx_lease l;
       lease_from_json(c, &l);
-      if (!valid_sandbox_id(l.id)) continue;
+      if (!sbxi_lease_id_valid(l.id)) continue;
       /* Its instance is gone: keep the row, counted as failed, until it is
        * released or reaped (§5.13 step 2). A failure seen before the
        * restart keeps its reason. */

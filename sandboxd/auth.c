@@ -66,7 +66,7 @@ sbx_lease *auth_sbx(struct sbxd *d, struct http_req *req, const char *id, bool a
     reply_error(req, 401, "missing bearer token");
     return NULL;
   }
-  sbx_lease *l = valid_sandbox_id(id) ? sbx_lease_find(d->leases, id) : NULL;
+  sbx_lease *l = sbxi_lease_id_valid(id) ? sbx_lease_find(d->leases, id) : NULL;
   if (allow_root && d->cfg->api_token && sbxi_secret_eq(tok, d->cfg->api_token)) {
     if (!l) reply_error(req, 404, notfound);
     return l;

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <sandbox/driver.h>
+
 #include "sandboxd.h"
 
 #define PROBE_CLONE_MS 15000
@@ -388,7 +390,7 @@ void h_list(struct sbxd *d, struct http_req *req) {
 void h_get(struct sbxd *d, struct http_req *req, const char *id) {
   struct caller who;
   if (auth_node(d, req, true, &who) < 0) return;
-  sbx_lease *l = valid_sandbox_id(id) ? sbx_lease_find(d->leases, id) : NULL;
+  sbx_lease *l = sbxi_lease_id_valid(id) ? sbx_lease_find(d->leases, id) : NULL;
   if (!l) {
     reply_error(req, 404, "unknown sandbox");
     return;
@@ -399,24 +401,16 @@ void h_get(struct sbxd *d, struct http_req *req, const char *id) {
 void h_stats(struct sbxd *d, struct http_req *req, const char *id) {
   struct caller who;
   if (auth_node(d, req, true, &who) < 0) return;
-  sbx_lease *l = valid_sandbox_id(id) ? sbx_lease_find(d->leases, id) : NULL;
+  sbx_lease *l = sbxi_lease_id_valid(id) ? sbx_lease_find(d->leases, id) : NULL;
   if (!l) {
     reply_error(req, 404, "unknown sandbox");
     return;
   }
-  static const struct {
-    const char *name;
-    int cpus;
-    json_int_t mem;
-  } tiers[] = {{"small", 1, 512ll << 20}, {"medium", 2, 1ll << 30}, {"large", 4, 4ll << 30},
-               {"xlarge", 4, 8ll << 30},  {"2xlarge", 8, 16ll << 30}};
-  int cpus = 1;
-  json_int_t mem = 512ll << 20;
-  for (size_t i = 0; i < sizeof tiers / sizeof *tiers; i++)
-    if (strcmp(tiers[i].name, l->key.size) == 0) {
-      cpus = tiers[i].cpus;
-      mem = tiers[i].mem;
-    }
+  /* A lease's size was validated when it was claimed; small if not. */
+  const sbx_size_tier *tier = sbx_size_tier_get(l->key.size);
+  if (!tier) tier = sbx_size_tier_get("small");
+  int cpus = (int)tier->vcpus;
+  json_int_t mem = (json_int_t)tier->mem_bytes;
   struct inst_stats st = {0};
   sbx_error err;
   if (l->inst && inst_stats(l->inst, &st, &err) < 0) st.measured = false;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <sandbox/core.h>
+#include <sandbox/driver.h>
 
 #include "config.h"
 
@@ -38,12 +39,7 @@ bool valid_name(const char *s) {
   return true;
 }
 
-bool valid_size(const char *s) {
-  static const char *const sizes[] = {"small", "medium", "large", "xlarge", "2xlarge"};
-  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-    if (strcmp(s, sizes[i]) == 0) return true;
-  return false;
-}
+bool valid_size(const char *s) { return sbx_size_tier_get(s) != NULL; }
 
 bool valid_net(const char *s) { return strcmp(s, "none") == 0 || strcmp(s, "egress") == 0; }
 

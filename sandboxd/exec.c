@@ -85,7 +85,8 @@ static void send_kill(struct sbxd *d, const char *id, long pid) {
   k->timer = evtimer_new(d->base, killer_timeout, k);
   bufferevent_setcb(k->bev, killer_read, NULL, killer_event, k);
   bufferevent_enable(k->bev, EV_READ | EV_WRITE);
-  evbuffer_add_printf(bufferevent_get_output(k->bev), "{\"v\":1,\"op\":\"kill\",\"pid\":%ld,\"signal\":9}\n", pid);
+  sbx_wire_req kill = {.op = SBX_OP_KILL, .u.kill = {.pid = (uint32_t)pid, .has_signal = true, .signal = 9}};
+  frame_send(bufferevent_get_output(k->bev), &kill, &err); /* a kill frame always fits */
   struct timeval tv = {KILL_BUDGET_S, 0};
   evtimer_add(k->timer, &tv);
 }
@@ -113,83 +114,79 @@ static void finish_error(struct exec_op *op, int status, const char *msg, bool k
   finish(op, status, json_pack("{s:s}", "error", msg), kill);
 }
 
-static int handle_frame(struct exec_op *op, const char *line, size_t len) {
-  json_error_t je;
-  json_t *f = json_loadb(line, len, 0, &je);
-  if (!f || !json_is_object(f)) {
-    json_decref(f);
-    finish_error(op, 502, "guest agent sent a malformed frame", true);
+/* Append a stdout or stderr payload to what the op collected, within the
+ * output cap: 0, or -1 when the op is gone (answered 413). */
+static int collect(struct exec_op *op, sbx_buf *dst, const sbx_wire_bytes *data) {
+  sbx_error err;
+  if (op->out.len + op->err.len + data->len > EXEC_OUTPUT_MAX || sbx_buf_add(dst, data->ptr, data->len, &err) < 0) {
+    finish_error(op, 413, "exec output too large", true);
     return -1;
   }
-  const char *type = json_string_value(json_object_get(f, "type"));
-  type = type ? type : "";
-  int rc = 0;
-  if (op->kill_pending) {
-    /* Answered already; only the pid matters now. */
-    if (strcmp(type, "started") == 0) {
-      op->pid = (long)json_integer_value(json_object_get(f, "pid"));
-      send_kill(op->d, op->id, op->pid);
-      op_free(op);
-      rc = -1;
-    } else if (strcmp(type, "exit") == 0 || strcmp(type, "error") == 0) {
-      op_free(op);
-      rc = -1;
-    }
-  } else if (strcmp(type, "started") == 0) {
-    op->pid = (long)json_integer_value(json_object_get(f, "pid"));
-  } else if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
-    const char *b64 = json_string_value(json_object_get(f, "data"));
-    size_t bl = b64 ? json_string_length(json_object_get(f, "data")) : 0;
-    sbx_buf *dst = type[3] == 'o' ? &op->out : &op->err;
-    char *w;
-    size_t got = 0;
-    sbx_error err;
-    if (op->out.len + op->err.len + sbx_b64_decoded_max(bl) > EXEC_OUTPUT_MAX + 3 ||
-        sbx_buf_reserve(dst, sbx_b64_decoded_max(bl) + 1, &w, &err) < 0) {
-      finish_error(op, 413, "exec output too large", true);
-      rc = -1;
-    } else if (sbx_b64_decode(w, b64 ? b64 : "", bl, &got, &err) < 0) {
-      finish_error(op, 502, "guest agent sent bad base64", true);
-      rc = -1;
-    } else {
-      sbx_buf_commit(dst, got);
-      if (op->out.len + op->err.len > EXEC_OUTPUT_MAX) {
-        finish_error(op, 413, "exec output too large", true);
-        rc = -1;
-      }
-    }
-  } else if (strcmp(type, "exit") == 0) {
-    json_t *body = json_pack("{s:I,s:o,s:o}", "exit_code", json_integer_value(json_object_get(f, "code")), "stdout",
+  return 0;
+}
+
+/* Answered already: only the pid matters now, and the end of the command. */
+static int handle_late(struct exec_op *op, const sbx_wire_resp *f) {
+  if (f->type == SBX_RESP_STARTED) {
+    op->pid = f->u.started.pid;
+    send_kill(op->d, op->id, op->pid);
+    op_free(op);
+    return -1;
+  }
+  if (f->type == SBX_RESP_EXIT || f->type == SBX_RESP_ERROR) {
+    op_free(op);
+    return -1;
+  }
+  return 0;
+}
+
+/* One frame from silkd: 0 to read on, -1 when the op is gone. */
+static int handle(struct exec_op *op, const sbx_wire_resp *f) {
+  if (op->kill_pending) return handle_late(op, f);
+  switch (f->type) {
+  case SBX_RESP_STARTED: op->pid = f->u.started.pid; return 0;
+  case SBX_RESP_STDOUT: return collect(op, &op->out, &f->u.stdout_.data);
+  case SBX_RESP_STDERR: return collect(op, &op->err, &f->u.stderr_.data);
+  case SBX_RESP_EXIT: {
+    json_t *body = json_pack("{s:I,s:o,s:o}", "exit_code", (json_int_t)f->u.exit.code, "stdout",
                              json_string_lossy(op->out.ptr ? op->out.ptr : "", op->out.len), "stderr",
                              json_string_lossy(op->err.ptr ? op->err.ptr : "", op->err.len));
     finish(op, 200, body, false);
-    rc = -1;
-  } else if (strcmp(type, "error") == 0) {
-    const char *kind = json_string_value(json_object_get(f, "kind"));
-    const char *msg = json_string_value(json_object_get(f, "message"));
-    bool bad = kind && strcmp(kind, "bad_request") == 0;
-    finish_error(op, bad ? 400 : 502, msg ? msg : "guest error", !bad && op->pid > 0);
-    rc = -1;
+    return -1;
   }
-  json_decref(f);
+  case SBX_RESP_ERROR: {
+    bool bad = f->u.error.kind == SBX_ERR_BAD_REQUEST;
+    const char *msg = f->u.error.message;
+    finish_error(op, bad ? 400 : 502, msg ? msg : "guest error", !bad && op->pid > 0);
+    return -1;
+  }
+  default: return 0; /* nothing exec answers with */
+  }
+}
+
+static int handle_frame(struct exec_op *op, const char *line, size_t len) {
+  sbx_wire_resp f;
+  sbx_error err;
+  if (sbx_wire_decode_resp(line, len, &f, &err) < 0) {
+    finish_error(op, 502, "guest agent sent a malformed frame", true);
+    return -1;
+  }
+  int rc = handle(op, &f);
+  sbx_wire_resp_free(&f);
   return rc;
 }
 
 static void exec_read(struct bufferevent *bev, void *arg) {
   struct exec_op *op = arg;
   struct evbuffer *in = bufferevent_get_input(bev);
-  for (;;) {
-    struct evbuffer_ptr nl = evbuffer_search(in, "\n", 1, NULL);
-    if (nl.pos < 0) {
-      if (evbuffer_get_length(in) > FRAME_MAX) finish_error(op, 502, "guest agent frame too large", true);
-      return;
-    }
-    size_t len = (size_t)nl.pos;
-    char *line = (char *)evbuffer_pullup(in, (ssize_t)len + 1);
-    int rc = handle_frame(op, line, len);
-    if (rc < 0) return; /* op is gone */
+  const char *line;
+  size_t len;
+  int got;
+  while ((got = frame_next(in, FRAME_MAX, &line, &len)) == 1) {
+    if (handle_frame(op, line, len) < 0) return; /* op is gone */
     evbuffer_drain(in, len + 1);
   }
+  if (got < 0) finish_error(op, 502, "guest agent frame too large", true);
 }
 
 static void exec_event(struct bufferevent *bev, short what, void *arg) {
@@ -223,7 +220,37 @@ static int bad(struct http_req *req, const char *msg) {
   return -1;
 }
 
-static int build_frame(struct http_req *req, json_t *body, json_t **frame, json_int_t *timeout) {
+/* The exec request of a validated body, encoded into frame: 0, or -1 when
+ * it cannot be a frame (answered). The strings stay the body's. */
+static int encode_exec(struct http_req *req, json_t *argv, json_t *cwd, json_t *env, sbx_buf *frame) {
+  size_t argc = json_array_size(argv), envc = json_is_object(env) ? json_object_size(env) : 0;
+  const char **av = sbx_calloc(argc, sizeof *av);
+  sbx_wire_kv *kv = sbx_calloc(envc ? envc : 1, sizeof *kv);
+  size_t i, n = 0;
+  const char *k;
+  json_t *v;
+  json_array_foreach(argv, i, v) av[i] = json_string_value(v);
+  if (envc) json_object_foreach(env, k, v) kv[n++] = (sbx_wire_kv){k, json_string_value(v)};
+  sbx_wire_req r = {.op = SBX_OP_EXEC};
+  r.u.exec.argv = (sbx_wire_strv){av, argc};
+  r.u.exec.cwd = json_is_string(cwd) ? json_string_value(cwd) : NULL;
+  r.u.exec.env = (sbx_wire_map){kv, envc, json_is_object(env)};
+  sbx_error err;
+  int rc = sbx_wire_encode_req(frame, &r, &err);
+  sbx_free(av);
+  sbx_free(kv);
+  if (rc == SBX_E_TOOBIG) {
+    reply_error(req, 413, "exec request too large");
+    return -1;
+  }
+  return rc < 0 ? bad(req, err.msg) : 0;
+}
+
+/* A string member holding a NUL (\u0000), which no argv, cwd or env may
+ * carry (silkd refuses it the same way, spec §1.6). */
+static bool has_nul(json_t *s) { return json_is_string(s) && strlen(json_string_value(s)) != json_string_length(s); }
+
+static int build_frame(struct http_req *req, json_t *body, sbx_buf *frame, json_int_t *timeout) {
   const char *k;
   json_t *v;
   json_object_foreach(body, k, v) {
@@ -239,13 +266,18 @@ static int build_frame(struct http_req *req, json_t *body, json_t **frame, json_
   json_array_foreach(argv, i, v) {
     if (!json_is_string(v)) return bad(req, "invalid argv: must hold strings");
     if (i == 0 && json_string_length(v) == 0) return bad(req, "invalid argv: argv[0] must not be empty");
+    if (has_nul(v)) return bad(req, "invalid argument: NUL byte in argv");
   }
   json_t *cwd = json_object_get(body, "cwd");
   if (cwd && !json_is_null(cwd) && !json_is_string(cwd)) return bad(req, "invalid cwd: must be a string");
+  if (has_nul(cwd)) return bad(req, "invalid argument: NUL byte in cwd");
   json_t *env = json_object_get(body, "env");
   if (env && !json_is_null(env)) {
     if (!json_is_object(env)) return bad(req, "invalid env: must be an object of strings");
-    json_object_foreach(env, k, v) if (!json_is_string(v)) return bad(req, "invalid env: values must be strings");
+    json_object_foreach(env, k, v) {
+      if (!json_is_string(v)) return bad(req, "invalid env: values must be strings");
+      if (has_nul(v)) return bad(req, "invalid argument: NUL byte in env");
+    }
   }
   json_t *t = json_object_get(body, "timeout_seconds");
   *timeout = 0;
@@ -254,10 +286,7 @@ static int build_frame(struct http_req *req, json_t *body, json_t **frame, json_
     if (json_integer_value(t) < 0) return bad(req, "invalid timeout_seconds: must not be negative");
     *timeout = json_integer_value(t);
   }
-  *frame = json_pack("{s:i,s:s,s:O}", "v", 1, "op", "exec", "argv", argv);
-  if (cwd && json_is_string(cwd)) json_object_set(*frame, "cwd", cwd);
-  if (env && json_is_object(env)) json_object_set(*frame, "env", env);
-  return 0;
+  return encode_exec(req, argv, cwd, env, frame);
 }
 
 void h_exec(struct sbxd *d, struct http_req *req, const char *id) {
@@ -265,16 +294,19 @@ void h_exec(struct sbxd *d, struct http_req *req, const char *id) {
   if (!l) return;
   json_t *body = decode_body(req, true);
   if (!body) return;
-  json_t *frame = NULL;
+  sbx_buf frame = SBX_BUF_INIT(SBX_WIRE_FRAME_CAP + 1);
   json_int_t timeout;
   int rc = build_frame(req, body, &frame, &timeout);
   json_decref(body);
-  if (rc < 0) return;
+  if (rc < 0) {
+    sbx_buf_free(&frame);
+    return;
+  }
   int fd = -1;
   sbx_error err;
   if (!l->inst || inst_connect(l->inst, &fd, &err) < 0) {
     if (l->inst) sbx_warn("exec %s: %s", l->id, err.msg);
-    json_decref(frame);
+    sbx_buf_free(&frame);
     reply_error(req, 502, "guest agent unreachable");
     return;
   }
@@ -289,11 +321,8 @@ void h_exec(struct sbxd *d, struct http_req *req, const char *id) {
   op->bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
   bufferevent_setcb(op->bev, exec_read, exec_written, exec_event, op);
   bufferevent_enable(op->bev, EV_READ | EV_WRITE);
-  char *s = json_dumps(frame, JSON_COMPACT);
-  json_decref(frame);
-  evbuffer_add(bufferevent_get_output(op->bev), s, strlen(s));
-  evbuffer_add(bufferevent_get_output(op->bev), "\n", 1);
-  free(s);
+  evbuffer_add(bufferevent_get_output(op->bev), frame.ptr, frame.len);
+  sbx_buf_free(&frame);
   op->timer = evtimer_new(d->base, exec_timeout, op);
   if (timeout > 0) {
     struct timeval tv = {(time_t)timeout, 0};

@@ -74,37 +74,12 @@ static void journal_healthy(struct sbxd *d) {
   d->journal_error[0] = '\0';
 }
 
-static int write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 static int atomic_write(struct sbxd *d, const char *name, const char *data, size_t len, bool sync, sbx_error *err) {
   char tmp[128];
   snprintf(tmp, sizeof tmp, ".%s.tmp", name);
-  int fd = openat(d->data_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return sbx_err_os(err, errno, "create %s/%s", d->cfg->data_dir, tmp);
-  if (write_all(fd, data, len) < 0 || (sync && fsync(fd) < 0)) {
-    int e = errno;
-    close(fd);
-    unlinkat(d->data_fd, tmp, 0);
-    return sbx_err_os(err, e, "write %s/%s", d->cfg->data_dir, tmp);
-  }
-  close(fd);
-  if (renameat(d->data_fd, tmp, d->data_fd, name) < 0) {
-    int e = errno;
-    unlinkat(d->data_fd, tmp, 0);
-    return sbx_err_os(err, e, "rename %s/%s", d->cfg->data_dir, name);
-  }
-  if (sync && fsync(d->data_fd) < 0) return sbx_err_os(err, errno, "fsync %s", d->cfg->data_dir);
+  const char *step;
+  if (sbxi_write_file_atomic(d->data_fd, name, tmp, data, len, 0600, sync, &step) < 0)
+    return sbx_err_os(err, errno, "%s %s/%s", step, d->cfg->data_dir, strcmp(step, "rename") ? tmp : name);
   return 0;
 }
 

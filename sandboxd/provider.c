@@ -112,18 +112,6 @@ static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *
   return 0;
 }
 
-static int mkdir_p(const char *path, sbx_error *err) {
-  char buf[PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", buf);
-    *p = '/';
-  }
-  if (mkdir(buf, 0755) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", buf);
-  return 0;
-}
 #endif
 
 /* ---- shared ---- */
@@ -136,7 +124,7 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
 #ifdef SBX_HAVE_DRIVER
   snprintf(p->goldens_dir, sizeof p->goldens_dir, "%s/goldens", cfg->data_dir);
   snprintf(p->run_dir, sizeof p->run_dir, "%s/run", cfg->data_dir);
-  if ((rc = mkdir_p(p->goldens_dir, err)) < 0 || (rc = mkdir_p(p->run_dir, err)) < 0) goto fail;
+  if ((rc = sbxi_mkdir_p(p->goldens_dir, 0755, err)) < 0 || (rc = sbxi_mkdir_p(p->run_dir, 0755, err)) < 0) goto fail;
   const char *silkd = getenv("SANDBOXD_SILKD");
   if (silkd) {
     snprintf(p->silkd, sizeof p->silkd, "%s", silkd);

@@ -10,11 +10,13 @@
 
 #include <sandbox/core.h>
 #include <sandbox/pool.h>
+#include <sandbox/wire.h>
 
 #include "auth.h"
 #include "config.h"
 #include "http.h"
 #include "provider.h"
+#include "util/util.h" /* libsandbox's internal utility layer */
 
 #define TTL_DEFAULT 300
 #define TTL_MAX 86400
@@ -76,7 +78,6 @@ void key_hash(const sbx_pool_key *k, char out[33]);
 int64_t now_unix(void);
 /* RFC 3339 UTC, with nanoseconds when ns is true. */
 void fmt_time(int64_t secs, long nsec, bool ns, char *buf, size_t len);
-bool valid_sandbox_id(const char *s);
 void reply_json(struct http_req *req, int status, json_t *body); /* steals body */
 void reply_error(struct http_req *req, int status, const char *msg);
 /* Decode a request body: an empty body is {}; strict rejects duplicates.
@@ -170,6 +171,15 @@ void watch_disarm_all(struct sbxd *d);
 /* ---- exec.c ---- */
 void h_exec(struct sbxd *d, struct http_req *req, const char *id);
 void exec_shutdown(struct sbxd *d);
+
+/* ---- frames.c: silkd frames through libsandbox's codec ---- */
+struct evbuffer;
+/* Append req, encoded, to out. */
+int frame_send(struct evbuffer *out, const sbx_wire_req *req, sbx_error *err);
+/* The next complete line of in, without its LF, in place (drain len + 1
+ * once done with it): 1, 0 when none is complete yet, -1 when more than
+ * max bytes wait with no LF. */
+int frame_next(struct evbuffer *in, size_t max, const char **line, size_t *len);
 
 /* ---- relay.c ---- */
 void h_agent(struct sbxd *d, struct http_req *req, const char *id);

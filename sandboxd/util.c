@@ -33,13 +33,6 @@ void fmt_time(int64_t secs, long nsec, bool ns, char *buf, size_t len) {
   else snprintf(buf, len, "%sZ", base);
 }
 
-bool valid_sandbox_id(const char *s) {
-  if (strncmp(s, "sb_", 3) != 0 || strlen(s) != 19) return false;
-  for (int i = 3; i < 19; i++)
-    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
-  return true;
-}
-
 void reply_json(struct http_req *req, int status, json_t *body) {
   char *s = json_dumps(body, JSON_COMPACT);
   json_decref(body);
@@ -77,38 +70,8 @@ json_t *decode_body(struct http_req *req, bool strict) {
 }
 
 json_t *json_string_lossy(const char *p, size_t n) {
-  sbx_buf b = SBX_BUF_INIT(n * 3 + 16);
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = (unsigned char)p[i];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = len > 0 && i + len <= n;
-    uint32_t cp = 0;
-    if (ok && len > 1) {
-      cp = c & (0xff >> (len + 1));
-      for (size_t k = 1; k < len; k++) {
-        unsigned char cc = (unsigned char)p[i + k];
-        if ((cc & 0xc0) != 0x80) {
-          ok = false;
-          break;
-        }
-        cp = (cp << 6) | (cc & 0x3f);
-      }
-      /* Overlong forms, surrogates and values past U+10FFFF are invalid. */
-      if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-                 (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff))
-        ok = false;
-    }
-    if (ok && c == 0) ok = true;
-    if (ok) {
-      sbx_buf_add(&b, p + i, len, NULL);
-      i += len;
-    } else {
-      sbx_buf_add(&b, "\xef\xbf\xbd", 3, NULL);
-      i++;
-    }
-  }
-  json_t *s = json_stringn(b.ptr ? b.ptr : "", b.len);
-  sbx_buf_free(&b);
+  char *t = sbx_malloc(n * 3 + 1);
+  json_t *s = json_stringn(t, sbxi_utf8_repair(p, n, t));
+  sbx_free(t);
   return s;
 }

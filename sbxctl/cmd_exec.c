@@ -11,23 +11,12 @@
 
 #include <jansson.h>
 
+#include "util/util.h"
 #include "remote.h"
-
-static int write_all(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return -1;
-    c += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
 
 static int to_stdio(void *ud, sbx_stream st, const void *p, size_t n) {
   (void)ud;
-  return write_all(st == SBX_STREAM_STDERR ? 2 : 1, p, n) < 0 ? SBX_E_OS : 0;
+  return sbxi_write_all(st == SBX_STREAM_STDERR ? 2 : 1, p, n) < 0 ? SBX_E_OS : 0;
 }
 
 /* env KEY=VALUE options collected into a NULL-terminated list */

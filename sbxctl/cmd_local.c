@@ -13,6 +13,7 @@
 #include <sandbox/driver.h>
 
 #include "../libsandbox/core/env.h"
+#include "util/util.h"
 #include "local.h"
 
 #define EXIT_USAGE 2
@@ -39,21 +40,9 @@ static void on_signal(int sig) {
   if (jail_pid > 0) kill((pid_t)jail_pid, SIGKILL);
 }
 
-static int write_all(int fd, const void *data, size_t n) {
-  const char *p = data;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 static int on_output(void *ud, sbx_stream stream, const void *data, size_t n) {
   (void)ud;
-  write_all(stream == SBX_STREAM_STDERR ? 2 : 1, data, n);
+  sbxi_write_all(stream == SBX_STREAM_STDERR ? 2 : 1, data, n);
   return 0; /* a closed stdout must not stop ARGV: its output is dropped */
 }
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/util.h"
 #include "mcp.h"
 
 void mcp_registry_init(mcp_registry *r) {
@@ -72,63 +73,13 @@ void mcp_registry_free(mcp_registry *r) {
   memset(r, 0, sizeof *r);
 }
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid or
- * cut short. Overlongs, surrogates and values past U+10FFFF are invalid,
- * as jansson judges them. */
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-  unsigned char c = p[0];
-  if (c < 0x80) return 1;
-  size_t len;
-  uint32_t cp;
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2;
-    cp = c & 0x1f;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    cp = c & 0x0f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (n < len) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((p[i] & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (p[i] & 0x3f);
-  }
-  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;
-  return len;
-}
-
 json_t *mcp_json_text(const char *p, size_t n, bool *repaired) {
-  if (repaired) *repaired = false;
-  const unsigned char *u = (const unsigned char *)p;
-  size_t i = 0;
-  while (i < n) {
-    size_t l = utf8_seq(u + i, n - i);
-    if (!l) break;
-    i += l;
-  }
-  if (i == n) return json_stringn(p, n);
-  if (repaired) *repaired = true;
+  bool valid = sbxi_utf8_valid_len(p, n) == n;
+  if (repaired) *repaired = !valid;
+  if (valid) return json_stringn(p, n);
   /* worst case every byte becomes the 3-byte U+FFFD */
   char *fixed = sbx_malloc(n * 3 + 1);
-  size_t o = 0;
-  for (i = 0; i < n;) {
-    size_t l = utf8_seq(u + i, n - i);
-    if (l) {
-      memcpy(fixed + o, p + i, l);
-      o += l;
-      i += l;
-    } else {
-      memcpy(fixed + o, "\xef\xbf\xbd", 3);
-      o += 3;
-      i++;
-    }
-  }
-  json_t *j = json_stringn(fixed, o);
+  json_t *j = json_stringn(fixed, sbxi_utf8_repair(p, n, fixed));
   sbx_free(fixed);
   return j;
 }

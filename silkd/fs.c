@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/util.h"
 #include "silkd.h"
 
 static void send_os(struct conn *c, int errnum, const char *ctx) {
@@ -286,35 +287,12 @@ void verb_fs_stat(struct conn *c, sbx_wire_req *req) {
 
 /* ---- fs_mkdir, fs_rm, fs_rename ---- */
 
-static int mkdir_parents(const char *path) {
-  char *p = sbx_strdup(path);
-  int rc = 0;
-  for (char *s = p + 1;; s++) {
-    if (*s == '/' || *s == 0) {
-      char save = *s;
-      *s = 0;
-      struct stat st;
-      if (mkdir(p, 0777) < 0) {
-        if (errno != EEXIST) rc = -1;
-        else if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
-          errno = EEXIST;
-          rc = -1;
-        }
-      }
-      *s = save;
-      if (rc < 0 || !save) break;
-    }
-  }
-  sbx_free(p);
-  return rc;
-}
-
 void verb_fs_mkdir(struct conn *c, sbx_wire_req *req) {
   const char *path = req->u.fs_mkdir.path;
   int rc;
   if (req->u.fs_mkdir.has_parents && req->u.fs_mkdir.parents) {
     errno = 0;
-    rc = mkdir_parents(path);
+    rc = sbxi_mkdirs(path, 0777);
   } else {
     rc = mkdir(path, 0777);
   }

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/util.h"
 #include "silkd.h"
 #include "tar.h"
 
@@ -146,27 +147,10 @@ static void push_abort(void *rpc) {
 static const struct rpc_ops push_ops = {
     .mode = SBX_INPUT_UPLOAD, .input = push_data, .input_end = push_end, .abort = push_abort};
 
-static int mkdir_p(const char *path) {
-  struct stat st;
-  if (stat(path, &st) == 0) return S_ISDIR(st.st_mode) ? 0 : (errno = ENOTDIR, -1);
-  char *p = sbx_strdup(path);
-  int rc = 0;
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s) continue;
-    char save = *s;
-    *s = 0;
-    if (mkdir(p, 0777) < 0 && errno != EEXIST) rc = -1;
-    *s = save;
-    if (rc < 0 || !save) break;
-  }
-  sbx_free(p);
-  return rc;
-}
-
 void verb_fs_push(struct conn *c, sbx_wire_req *req) {
   const char *dest = req->u.fs_push.dest;
   sbx_error e;
-  if (mkdir_p(dest) < 0) {
+  if (sbxi_mkdirs(dest, 0777) < 0) {
     sbx_err_os(&e, errno, "mkdir dest");
     conn_send_sbx_error(c, &e, SBX_ERR_INTERNAL);
     return;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "silkd.h"
+#include "util/util.h"
 #include "tar.h"
 
 /* Split name into components, rejecting absolute names and "..". Empty and
@@ -78,15 +79,7 @@ static int write_data(struct archive *a, int fd) {
   la_int64_t off;
   int r;
   while ((r = archive_read_data_block(a, &buf, &size, &off)) == ARCHIVE_OK) {
-    const char *p = buf;
-    while (size > 0) {
-      ssize_t w = pwrite(fd, p, size, off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return -1;
-      p += w;
-      off += w;
-      size -= (size_t)w;
-    }
+    if (sbxi_pwrite_all(fd, buf, size, off) < 0) return -1;
   }
   if (r != ARCHIVE_EOF) {
     errno = EIO;

@@ -1,14 +1,14 @@
 /* silkd --zygote fd:N: the jail driver's zygote.
  *
  * The driver starts this once; the loop itself is the driver's
- * (libsandbox/driver/jail/zygote_serve.c: it builds each jail exactly as
+ * (libsandbox/jailexec/zygote_serve.c: it builds each jail exactly as
  * the exec path does). Each child then lands here, in its finished jail, and
  * serves as a freshly exec'd silkd --listen fd:3 would. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libsandbox/driver/jail/zygote.h"
+#include "jailexec/jailexec.h"
 #include "zygote.h"
 
 static char **zyg_argv;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include "util/util.h"
 #include "client/client_priv.h"
 
 #define XFER_CHUNK (256 * 1024)
@@ -88,24 +89,15 @@ void sbx_transfer_close(sbx_transfer *t) {
   sbx_free(t);
 }
 
-static int write_all_fd(int fd, const void *p, size_t n, sbx_error *err) {
-  const char *c = p;
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return sbx_err_os(err, errno, "write");
-    c += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 static int download_to_fd(sbx_transfer *t, int fd, sbx_error *err) {
   int rc;
   const void *p;
   size_t n;
   while ((rc = sbx_transfer_read(t, &p, &n, err)) == 1) {
-    if ((rc = write_all_fd(fd, p, n, err)) < 0) break;
+    if (sbxi_write_all(fd, p, n) < 0) {
+      rc = sbx_err_os(err, errno, "write");
+      break;
+    }
   }
   sbx_transfer_close(t);
   return rc;

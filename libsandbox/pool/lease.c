@@ -9,6 +9,7 @@
 #include <sandbox/pool.h>
 
 #include "secret.h"
+#include "util/util.h"
 
 struct reservation {
   char tenant[SBX_POOL_NAME_MAX];
@@ -117,7 +118,7 @@ int sbx_lease_commit(sbx_lease_table *t, sbx_lease *tmpl, bool reserved, sbx_lea
   if (l->id[0] == '\0') {
     /* 8 random bytes make collisions unlikely, not impossible: retry. */
     do {
-      memcpy(l->id, "sb_", 3);
+      memcpy(l->id, SBXI_LEASE_ID_PREFIX, 3);
       int rc = sbxi_random_hex(l->id + 3, 8, err);
       if (rc < 0) {
         lease_free(l);

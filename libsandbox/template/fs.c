@@ -57,17 +57,3 @@ int sbxi_rm_rf_at(int dirfd, const char *name, sbx_error *err) {
   return rm_rf_in(dirfd, name, st.st_dev, 0, err);
 }
 
-int sbxi_mkdir_p(const char *path, unsigned mode, sbx_error *err) {
-  char buf[PATH_MAX];
-  size_t n = strlen(path);
-  if (n == 0 || n >= sizeof buf || path[0] != '/') return sbx_err(err, SBX_E_INVAL, "bad directory path \"%s\"", path);
-  memcpy(buf, path, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (buf[i] != '/' && buf[i] != '\0') continue;
-    char c = buf[i];
-    buf[i] = '\0';
-    if (mkdir(buf, mode) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", buf);
-    buf[i] = c;
-  }
-  return 0;
-}

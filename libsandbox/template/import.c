@@ -24,14 +24,7 @@
 #include <sandbox/core.h>
 
 #include "layers.h"
-
-static int open_beneath(int root, const char *rel, int flags) {
-  struct open_how how;
-  memset(&how, 0, sizeof how);
-  how.flags = (uint64_t)(flags | O_CLOEXEC);
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return (int)syscall(SYS_openat2, root, rel, &how, sizeof how);
-}
+#include "util/util.h"
 
 /* "./a//b/" -> "a/b"; NULL (unsafe) for absolute names and ".." parts. */
 static const char *clean_name(const char *in, char *buf, size_t cap) {
@@ -66,20 +59,7 @@ static int open_parent(int root, char *rel, const char **base) {
   }
   *slash = '\0';
   *base = slash + 1;
-  int fd = fcntl(root, F_DUPFD_CLOEXEC, 0);
-  char *save = NULL;
-  for (char *c = strtok_r(rel, "/", &save); c && fd >= 0; c = strtok_r(NULL, "/", &save)) {
-    if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) {
-      close(fd);
-      return -1;
-    }
-    int next = open_beneath(fd, c, O_PATH | O_DIRECTORY);
-    int e = errno;
-    close(fd);
-    errno = e;
-    fd = next;
-  }
-  return fd;
+  return sbxi_mkdirs_beneath(root, rel, 0755);
 }
 
 static int copy_data(struct archive *a, int fd, sbx_error *err) {
@@ -88,15 +68,7 @@ static int copy_data(struct archive *a, int fd, sbx_error *err) {
   la_int64_t off;
   int r;
   while ((r = archive_read_data_block(a, &buf, &size, &off)) == ARCHIVE_OK) {
-    const char *p = buf;
-    while (size > 0) {
-      ssize_t w = pwrite(fd, p, size, (off_t)off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return sbx_err_os(err, errno, "write");
-      p += w;
-      off += w;
-      size -= (size_t)w;
-    }
+    if (sbxi_pwrite_all(fd, buf, size, (off_t)off) < 0) return sbx_err_os(err, errno, "write");
   }
   if (r != ARCHIVE_EOF) return sbx_err(err, SBX_E_PARSE, "archive data: %s", archive_error_string(a));
   return 0;
@@ -126,7 +98,7 @@ static int extract_one(struct archive *a, struct archive_entry *e, int root, sbx
     if (!clean_name(hl, target, sizeof target)) {
       rc = sbx_err(err, SBX_E_PARSE, "unsafe hard link target \"%s\"", hl);
     } else {
-      int tfd = open_beneath(root, target, O_PATH);
+      int tfd = sbxi_open_beneath(root, target, O_PATH);
       if (tfd < 0 || linkat(tfd, "", pfd, base, AT_EMPTY_PATH) < 0)
         rc = sbx_err_os(err, errno, "hard link %s -> %s", name, target);
       if (tfd >= 0) close(tfd);

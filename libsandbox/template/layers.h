@@ -55,7 +55,5 @@ int sbxi_tpl_check_name(const char *name, sbx_error *err);
 /* rm -rf of name under dirfd, never following symlinks, staying on one
  * file system. Missing is fine. */
 int sbxi_rm_rf_at(int dirfd, const char *name, sbx_error *err);
-/* mkdir -p of an absolute host path (trusted), mode for new components. */
-int sbxi_mkdir_p(const char *path, unsigned mode, sbx_error *err);
 
 #endif

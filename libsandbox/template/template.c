@@ -14,6 +14,7 @@
 #include <sandbox/core.h>
 
 #include "layers.h"
+#include "util/util.h"
 
 void sbxi_layers_free(sbx_layers *l) {
   for (size_t i = 0; i < l->npoints; i++)

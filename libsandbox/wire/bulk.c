@@ -7,7 +7,8 @@
 
 #include <sandbox/wire.h>
 
-#include "wire_internal.h"
+#include "arena.h"
+#include "bulk.h"
 
 typedef struct {
   const char *prefix;

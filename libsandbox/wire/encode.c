@@ -8,6 +8,7 @@
 
 #include "json.h"
 #include "schema.h"
+#include "util/util.h"
 
 /* One pass measures, the second writes into exactly that much room, so a
  * string never makes the buffer reserve more than it will keep. */

@@ -9,6 +9,7 @@
 #include <sandbox/wire.h>
 
 #include "json.h"
+#include "util/util.h"
 
 typedef struct {
   jdoc *d;
@@ -69,24 +70,6 @@ static int hex4(const char *s, size_t avail, unsigned *out) {
   return 0;
 }
 
-
-size_t sbxi_utf8_seq(const unsigned char *s, size_t avail) {
-  unsigned c = s[0];
-  if (c >= 0xC2 && c <= 0xDF) {
-    if (avail >= 2 && (s[1] & 0xC0) == 0x80) return 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    if (avail < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
-    if (c == 0xED && s[1] >= 0xA0) return 0; /* UTF-16 surrogate */
-    return 3;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    if (avail < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
-    if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
-    if (c == 0xF4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
-    return 4;
-  }
-  return 0;
-}
 
 #define ONES 0x0101010101010101ull
 #define HIGHS 0x8080808080808080ull

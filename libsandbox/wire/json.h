@@ -54,8 +54,5 @@ void sbxi_json_str_copy(const jdoc *d, const jtok *t, char *dst);
 /* Compare a string token with a NUL-free C string of length n. */
 bool sbxi_json_str_eq(const jdoc *d, const jtok *t, const char *s, size_t n);
 
-/* Length of the valid UTF-8 sequence at s (first byte >= 0x80), or 0 if
- * it is invalid, overlong, a surrogate or above U+10FFFF. */
-size_t sbxi_utf8_seq(const unsigned char *s, size_t avail);
 
 #endif

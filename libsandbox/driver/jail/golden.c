@@ -12,6 +12,7 @@
 #include <sandbox/core.h>
 
 #include "jail.h"
+#include "util/util.h"
 
 int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spec *spec, sbx_golden **out,
                              sbx_error *err) {

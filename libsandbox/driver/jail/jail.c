@@ -26,6 +26,7 @@
 #include <sandbox/core.h>
 
 #include "jail.h"
+#include "util/util.h"
 
 #define DEFAULT_STATE "/var/lib/sandbox"
 #define SILKD_ARGV0 "silkd"

@@ -18,6 +18,7 @@
 #include "../../template/layers.h"
 #include "../kvm.h"
 #include "qemu.h"
+#include "util/util.h"
 
 #define BOOT_TIMEOUT_MS 90000 /* spec §1.6: the builder's probe */
 /* A working KVM boots this guest in well under a second; a host whose

@@ -15,6 +15,7 @@
 
 #include "../../template/layers.h"
 #include "qemu.h"
+#include "util/util.h"
 
 #define DEFAULT_STATE "/var/lib/sandbox"
 #define FIRST_CID 1000

@@ -40,6 +40,8 @@
 
 #include <jansson.h>
 
+#include "util/util.h"
+
 #ifndef SBX_BUILD_BIN_DIR
 #define SBX_BUILD_BIN_DIR "build/bin"
 #endif
@@ -372,19 +374,7 @@ static inline int sbxd_connect(int port) {
   return fd;
 }
 
-static inline int write_all_fd(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    c += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
+static inline int write_all_fd(int fd, const void *p, size_t n) { return sbxi_write_all(fd, p, n); }
 
 /* Read a whole Connection: close response. */
 static inline int http_read_resp(int fd, struct http_resp *r) {

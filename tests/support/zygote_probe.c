@@ -1,16 +1,7 @@
-/* zygote_probe.h - find the jail driver's zygote from outside, as an
- * operator would: the child of this process whose command line is
- * "silkd --zygote ...". Shared by test_jail_zygote and bench/jail. */
-#ifndef SBX_TEST_ZYGOTE_PROBE_H
-#define SBX_TEST_ZYGOTE_PROBE_H
+/* zygote_probe.c - the zygote finder (see zygote_probe.h). */
+#include "zygote_probe.h"
 
-#include <stdio.h>
-#include <string.h>
-#include <sys/types.h>
-#include <unistd.h>
-
-/* The zygote's pid; -1: none is running. */
-static inline pid_t zygote_pid(void) {
+pid_t zygote_pid(void) {
   char path[64];
   snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
   FILE *f = fopen(path, "r");
@@ -31,5 +22,3 @@ static inline pid_t zygote_pid(void) {
   fclose(f);
   return found;
 }
-
-#endif

@@ -1,54 +1,16 @@
-/* silkd_client.h - test harness shared by tests/unit/silkd/test_silkd_*.c:
- * start a real build/bin/silkd on a Unix socket in a temp dir, and talk the
- * wire protocol to it with libsandbox's codec.
- *
- * Reads carry a generous hang guard (SC_HANG_MS) so a broken daemon fails a
- * test instead of stalling CI; no test asserts on elapsed time.
- */
-#ifndef SILKD_CLIENT_H
-#define SILKD_CLIENT_H
+/* silkd_client.c - the silkd test client (see silkd_client.h). */
+#include "silkd_client.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <unistd.h>
+const char *sc_bin_dir = SBX_BUILD_BIN_DIR;
 
-#include <sandbox/core.h>
-#include <sandbox/wire.h>
-
-#define SC_HANG_MS 120000
-
-typedef struct silkd_srv {
-  char dir[256];
-  char sock[300];
-  pid_t pid;
-} silkd_srv;
-
-typedef struct sc {
-  int fd;
-  sbx_frame_reader *fr;
-  char *buf;
-  bool eof;
-} sc;
-
-static inline int sc_rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
+int sc_rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
   (void)st, (void)flag, (void)f;
   return remove(p);
 }
 
-static inline void sc_rmrf(const char *path) { nftw(path, sc_rm_cb, 64, FTW_DEPTH | FTW_PHYS); }
+void sc_rmrf(const char *path) { nftw(path, sc_rm_cb, 64, FTW_DEPTH | FTW_PHYS); }
 
-static inline int sc_try_connect(const char *path) {
+int sc_try_connect(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
@@ -59,13 +21,12 @@ static inline int sc_try_connect(const char *path) {
   return fd;
 }
 
-/* Start silkd; returns 0 or -1. */
-static inline int silkd_start(silkd_srv *s) {
+int silkd_start(silkd_srv *s) {
   snprintf(s->dir, sizeof s->dir, "/tmp/silkd-test-XXXXXX");
   if (!mkdtemp(s->dir)) return -1;
   snprintf(s->sock, sizeof s->sock, "%s/silkd.sock", s->dir);
   char bin[512], listen[400], log[300];
-  snprintf(bin, sizeof bin, "%s/silkd", SBX_BUILD_BIN_DIR);
+  snprintf(bin, sizeof bin, "%s/silkd", sc_bin_dir);
   snprintf(listen, sizeof listen, "unix:%s", s->sock);
   snprintf(log, sizeof log, "%s/silkd.log", s->dir);
   s->pid = fork();
@@ -91,8 +52,7 @@ static inline int silkd_start(silkd_srv *s) {
   return -1;
 }
 
-/* SIGTERM, expect exit 0, remove the temp dir. Returns the exit status. */
-static inline int silkd_stop(silkd_srv *s) {
+int silkd_stop(silkd_srv *s) {
   int st = -1;
   if (s->pid > 0) {
     kill(s->pid, SIGTERM);
@@ -102,7 +62,7 @@ static inline int silkd_stop(silkd_srv *s) {
   return st;
 }
 
-static inline sc *sc_open(const silkd_srv *s) {
+sc *sc_open(const silkd_srv *s) {
   int fd = sc_try_connect(s->sock);
   if (fd < 0) return NULL;
   sc *c = sbx_calloc(1, sizeof *c);
@@ -112,7 +72,7 @@ static inline sc *sc_open(const silkd_srv *s) {
   return c;
 }
 
-static inline void sc_close(sc *c) {
+void sc_close(sc *c) {
   if (!c) return;
   close(c->fd);
   sbx_frame_reader_free(c->fr);
@@ -120,7 +80,7 @@ static inline void sc_close(sc *c) {
   sbx_free(c);
 }
 
-static inline int sc_send_raw(sc *c, const void *p, size_t n) {
+int sc_send_raw(sc *c, const void *p, size_t n) {
   const char *s = p;
   while (n > 0) {
     ssize_t k = send(c->fd, s, n, MSG_NOSIGNAL);
@@ -132,8 +92,7 @@ static inline int sc_send_raw(sc *c, const void *p, size_t n) {
   return 0;
 }
 
-/* Send one frame given as printf format (the LF is added). */
-__attribute__((format(printf, 2, 3))) static inline int sc_sendf(sc *c, const char *fmt, ...) {
+int sc_sendf(sc *c, const char *fmt, ...) {
   char *line;
   va_list ap;
   va_start(ap, fmt);
@@ -145,7 +104,7 @@ __attribute__((format(printf, 2, 3))) static inline int sc_sendf(sc *c, const ch
   return rc < 0 ? rc : sc_send_raw(c, "\n", 1);
 }
 
-static inline int sc_send_bulk(sc *c, sbx_wire_bulk kind, const void *p, size_t n) {
+int sc_send_bulk(sc *c, sbx_wire_bulk kind, const void *p, size_t n) {
   sbx_buf b = SBX_BUF_INIT(SBX_WIRE_FRAME_CAP + 1);
   int rc = sbx_wire_bulk_encode(&b, kind, p, n, NULL);
   if (rc == 0) rc = sc_send_raw(c, b.ptr, b.len);
@@ -153,9 +112,7 @@ static inline int sc_send_bulk(sc *c, sbx_wire_bulk kind, const void *p, size_t 
   return rc;
 }
 
-/* Next frame as raw line (copied, NUL-terminated). 1 = frame, 0 = EOF,
- * -1 = error or hang guard. */
-static inline int sc_recv_line(sc *c, char **line, size_t *len) {
+int sc_recv_line(sc *c, char **line, size_t *len) {
   for (;;) {
     const char *l;
     size_t n;
@@ -182,8 +139,7 @@ static inline int sc_recv_line(sc *c, char **line, size_t *len) {
   }
 }
 
-/* Next frame decoded. Returns 1, 0 on EOF, -1 on error. */
-static inline int sc_recv(sc *c, sbx_wire_resp *r) {
+int sc_recv(sc *c, sbx_wire_resp *r) {
   char *line;
   size_t len;
   int rc = sc_recv_line(c, &line, &len);
@@ -195,8 +151,7 @@ static inline int sc_recv(sc *c, sbx_wire_resp *r) {
   return rc;
 }
 
-/* Is the connection closed by the peer with no further frame? */
-static inline bool sc_closed(sc *c) {
+bool sc_closed(sc *c) {
   char *line;
   size_t len;
   int rc = sc_recv_line(c, &line, &len);
@@ -207,27 +162,13 @@ static inline bool sc_closed(sc *c) {
   return rc == 0;
 }
 
-/* Result of running an RPC to its final frame. */
-typedef struct sc_result {
-  sbx_wire_type final;   /* type of the final frame; SBX_RESP__COUNT on EOF */
-  int32_t code;          /* exit code */
-  uint32_t pid;          /* from started */
-  sbx_buf out, err, data; /* stdout, stderr, data payloads */
-  sbx_wire_error_kind kind;
-  char msg[1024];
-  int frames;
-  bool saw_exit; /* logs: exit before done */
-} sc_result;
-
-static inline void sc_result_free(sc_result *r) {
+void sc_result_free(sc_result *r) {
   sbx_buf_free(&r->out);
   sbx_buf_free(&r->err);
   sbx_buf_free(&r->data);
 }
 
-/* Read frames until one of the given final types (or error) arrives.
- * `finals` lists the terminal types for this verb, ended by SBX_RESP__COUNT. */
-static inline int sc_collect(sc *c, sc_result *res, const sbx_wire_type *finals) {
+int sc_collect(sc *c, sc_result *res, const sbx_wire_type *finals) {
   memset(res, 0, sizeof *res);
   sbx_buf_init(&res->out, (size_t)1 << 34);
   sbx_buf_init(&res->err, (size_t)1 << 34);
@@ -257,15 +198,12 @@ static inline int sc_collect(sc *c, sc_result *res, const sbx_wire_type *finals)
     if (fin) return 1;
   }
 }
+const sbx_wire_type SC_FIN_EXIT[] = {SBX_RESP_EXIT, SBX_RESP__COUNT};
+const sbx_wire_type SC_FIN_DONE[] = {SBX_RESP_DONE, SBX_RESP__COUNT};
+const sbx_wire_type SC_FIN_ATTACH[] = {SBX_RESP_EXIT, SBX_RESP_DONE, SBX_RESP__COUNT};
+const sbx_wire_type SC_FIN_NONE_OR_CREATED[] = {SBX_RESP_SESSION_CREATED, SBX_RESP__COUNT};
 
-static const sbx_wire_type SC_FIN_EXIT[] = {SBX_RESP_EXIT, SBX_RESP__COUNT};
-static const sbx_wire_type SC_FIN_DONE[] = {SBX_RESP_DONE, SBX_RESP__COUNT};
-static const sbx_wire_type SC_FIN_ATTACH[] = {SBX_RESP_EXIT, SBX_RESP_DONE, SBX_RESP__COUNT};
-static const sbx_wire_type SC_FIN_NONE_OR_CREATED[] = {SBX_RESP_SESSION_CREATED, SBX_RESP__COUNT};
-
-
-/* Run a shell snippet in the foreground and collect it. */
-static inline int sc_exec_sh(sc *c, const char *script, sc_result *res) {
+int sc_exec_sh(sc *c, const char *script, sc_result *res) {
   sbx_buf b = SBX_BUF_INIT(1 << 20);
   sbx_buf_adds(&b, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"sh\",\"-c\",\"", NULL);
   for (const char *p = script; *p; p++) {
@@ -283,8 +221,7 @@ static inline int sc_exec_sh(sc *c, const char *script, sc_result *res) {
   return sc_collect(c, res, SC_FIN_EXIT);
 }
 
-/* A JSON string literal of s (quotes included); caller frees. */
-static inline char *sc_json_str(const char *s) {
+char *sc_json_str(const char *s) {
   sbx_buf b = SBX_BUF_INIT(1 << 20);
   sbx_buf_addc(&b, '"', NULL);
   for (const char *p = s; *p; p++) {
@@ -294,5 +231,3 @@ static inline char *sc_json_str(const char *s) {
   sbx_buf_addc(&b, '"', NULL);
   return sbx_buf_steal(&b, NULL);
 }
-
-#endif

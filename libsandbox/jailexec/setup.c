@@ -21,7 +21,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "jail.h"
+#include "jailexec.h"
+#include "util/util.h"
 
 /* Negative report steps: the fixed part of the sequence around the ops. */
 enum {
@@ -87,16 +88,6 @@ static void fd_path(char buf[32], int fd) {
   buf[14 + n] = '\0';
 }
 
-/* Resolve rel beneath root with no symlink, magic link or "..": whatever a
- * layer holds, a mount lands inside the new root or not at all. */
-static int open_beneath(int root, const char *rel, int flags) {
-  struct open_how how;
-  memset(&how, 0, sizeof how);
-  how.flags = (uint64_t)(flags | O_CLOEXEC);
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return (int)syscall(SYS_openat2, root, rel, &how, sizeof how);
-}
-
 /* mkdir -p beneath root, one component at a time through fds, so no
  * component is ever resolved through a symlink; then an O_PATH fd on the
  * final directory. */
@@ -108,30 +99,15 @@ static int ensure_dir(int root, const char *rel) {
     return -1;
   }
   memcpy(part, rel, n + 1);
-  int fd = fcntl(root, F_DUPFD_CLOEXEC, 0);
-  char *save = NULL;
-  for (char *c = strtok_r(part, "/", &save); c && fd >= 0; c = strtok_r(NULL, "/", &save)) {
-    if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) {
-      int e = errno;
-      close(fd);
-      errno = e;
-      return -1;
-    }
-    int next = open_beneath(fd, c, O_PATH | O_DIRECTORY);
-    int e = errno;
-    close(fd);
-    errno = e;
-    fd = next;
-  }
-  return fd;
+  return sbxi_mkdirs_beneath(root, part, 0755);
 }
 
 /* An empty regular file beneath root to bind a device or /dev/null onto. */
 static int ensure_file(int root, const char *rel) {
-  int fd = open_beneath(root, rel, O_WRONLY | O_CREAT | O_NOCTTY);
+  int fd = sbxi_open_beneath(root, rel, O_WRONLY | O_CREAT | O_NOCTTY);
   if (fd < 0) return -1;
   close(fd);
-  return open_beneath(root, rel, O_PATH);
+  return sbxi_open_beneath(root, rel, O_PATH);
 }
 
 static void run_op(const jail_plan *p, size_t i, int *rootfd) {
@@ -183,7 +159,7 @@ static void run_op(const jail_plan *p, size_t i, int *rootfd) {
     return;
   }
   default:
-    tfd = open_beneath(root, op->target, O_PATH);
+    tfd = sbxi_open_beneath(root, op->target, O_PATH);
     if (tfd < 0 && errno == ENOENT && optional) return;
     break;
   }
@@ -211,7 +187,7 @@ static void run_op(const jail_plan *p, size_t i, int *rootfd) {
     /* one O_PATH fd on the jail's /dev/null serves every mask (closed with
      * the rest before exec) */
     static int null_fd = -1;
-    if (null_fd < 0 && (null_fd = open_beneath(root, "dev/null", O_PATH)) < 0) fail(step, errno, "dev/null");
+    if (null_fd < 0 && (null_fd = sbxi_open_beneath(root, "dev/null", O_PATH)) < 0) fail(step, errno, "dev/null");
     fd_path(spath, null_fd);
     rc = mount(spath, tpath, NULL, MS_BIND, NULL);
     break;
@@ -221,7 +197,7 @@ static void run_op(const jail_plan *p, size_t i, int *rootfd) {
     if (rc == 0) {
       /* the fd still names what lay under the bind: reopen to reach it */
       close(tfd);
-      tfd = open_beneath(root, op->target, O_PATH);
+      tfd = sbxi_open_beneath(root, op->target, O_PATH);
       if (tfd < 0) fail(step, errno, op->target);
       fd_path(tpath, tfd);
       rc = mount(NULL, tpath, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | op->flags, NULL);

@@ -24,8 +24,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "jail.h"
-#include "zygote.h"
+#include "jailexec.h"
 
 #define ZYG_FILTER_MAX 4096 /* BPF_MAXINSNS */
 
