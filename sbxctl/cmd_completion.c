@@ -17,30 +17,30 @@
 
 #include "remote.h"
 
-#define MAX_OPTS 24
-#define MAX_SUBS 8
-#define MAX_CMDS 64
+#define COMP_MAX_OPTS 24
+#define COMP_MAX_SUBS 8
+#define COMP_MAX_CMDS 64
 
-typedef struct copt {
+typedef struct comp_copt {
   char name[32];  /* "--size" */
   char value[64]; /* "" for a flag, else its placeholder or "a|b" choices */
-} copt;
+} comp_copt;
 
-typedef struct cspec {
+typedef struct comp_cspec {
   const char *name;
   char summary[160]; /* the help's first sentence */
-  copt opts[MAX_OPTS];
+  comp_copt opts[COMP_MAX_OPTS];
   size_t nopts;
-  char subs[MAX_SUBS][24];
+  char subs[COMP_MAX_SUBS][24];
   size_t nsubs;
   bool ids;   /* an operand is a sandbox ID */
   bool paths; /* an operand is ID:/path or a local file */
-} cspec;
+} comp_cspec;
 
 /* Dispatched by main.c rather than the table; described here in the table's
  * form so that they complete like the others. Skipped once the table has
  * them. */
-static const rcmd extra_cmds[] = {
+static const rcmd comp_extra_cmds[] = {
     {"local", NULL, "run [--template TEMPLATE] [--size SIZE] [--driver auto|jail|qemu] [--stdin] -- ARGV...",
      "Run a command in a fresh sandbox on this machine, without sandboxd."},
     {"mcp", NULL, "[--addr ADDR] [--token TOKEN] [--template TEMPLATE]",
@@ -48,43 +48,43 @@ static const rcmd extra_cmds[] = {
     {NULL, NULL, NULL, NULL},
 };
 
-static const char *const global_opts[] = {"--addr", "--token", "--json", "--help", "--version", NULL};
-static const char *const common_opts[] = {"--help", "--json", "--addr", "--token", NULL};
-static const char *const sizes = "small medium large xlarge 2xlarge";
+static const char *const comp_global_opts[] = {"--addr", "--token", "--json", "--help", "--version", NULL};
+static const char *const comp_common_opts[] = {"--help", "--json", "--addr", "--token", NULL};
+static const char *const comp_sizes = "small medium large xlarge 2xlarge";
 
 /* ---- the model, from the usage lines ---- */
 
-static void add_opt(cspec *c, const char *name, const char *value) {
+static void comp_add_opt(comp_cspec *c, const char *name, const char *value) {
   for (size_t i = 0; i < c->nopts; i++)
     if (strcmp(c->opts[i].name, name) == 0) return;
-  if (c->nopts == MAX_OPTS) return;
+  if (c->nopts == COMP_MAX_OPTS) return;
   snprintf(c->opts[c->nopts].name, sizeof c->opts[0].name, "%s", name);
   snprintf(c->opts[c->nopts].value, sizeof c->opts[0].value, "%s", value ? value : "");
   c->nopts++;
 }
 
-static void add_sub(cspec *c, const char *w) {
+static void comp_add_sub(comp_cspec *c, const char *w) {
   for (size_t i = 0; i < c->nsubs; i++)
     if (strcmp(c->subs[i], w) == 0) return;
-  if (c->nsubs < MAX_SUBS) snprintf(c->subs[c->nsubs++], sizeof c->subs[0], "%s", w);
+  if (c->nsubs < COMP_MAX_SUBS) snprintf(c->subs[c->nsubs++], sizeof c->subs[0], "%s", w);
 }
 
 /* A usage token without its brackets and trailing "...". */
-static void strip(const char *tok, char *out, size_t cap) {
+static void comp_strip(const char *tok, char *out, size_t cap) {
   while (*tok == '[') tok++;
   snprintf(out, cap, "%s", tok);
   size_t n = strlen(out);
   while (n && (out[n - 1] == ']' || out[n - 1] == '.')) out[--n] = '\0';
 }
 
-static bool is_word(const char *s) {
+static bool comp_is_word(const char *s) {
   if (!islower((unsigned char)*s)) return false;
   for (; *s; s++)
     if (!islower((unsigned char)*s) && *s != '-') return false;
   return true;
 }
 
-static void parse_usage(cspec *c, const char *args) {
+static void comp_parse_usage(comp_cspec *c, const char *args) {
   char buf[512], *save = NULL;
   snprintf(buf, sizeof buf, "%s", args ? args : "");
   char *toks[64];
@@ -92,14 +92,14 @@ static void parse_usage(cspec *c, const char *args) {
   for (char *t = strtok_r(buf, " ", &save); t && n < 64; t = strtok_r(NULL, " ", &save)) toks[n++] = t;
   for (size_t i = 0; i < n; i++) {
     char s[128], next[128] = "";
-    strip(toks[i], s, sizeof s);
-    if (i + 1 < n) strip(toks[i + 1], next, sizeof next);
+    comp_strip(toks[i], s, sizeof s);
+    if (i + 1 < n) comp_strip(toks[i + 1], next, sizeof next);
     if (strncmp(s, "--", 2) == 0 && s[2]) {
       char *eq = strchr(s, '=');
       if (eq) *eq = '\0';
       /* "[--flag]" closes its group; "[--opt VALUE]" takes the next token */
       bool takes = !strchr(toks[i], ']') && next[0] && next[0] != '-' && next[0] != '|';
-      add_opt(c, s, takes ? next : NULL);
+      comp_add_opt(c, s, takes ? next : NULL);
       if (takes) i++;
     } else if (strcmp(s, "ID") == 0) {
       c->ids = true;
@@ -108,12 +108,12 @@ static void parse_usage(cspec *c, const char *args) {
     } else {
       char *alt_save = NULL; /* "show", or "bash|zsh|fish": one or more literal words */
       for (char *w = strtok_r(s, "|", &alt_save); w; w = strtok_r(NULL, "|", &alt_save))
-        if (is_word(w)) add_sub(c, w);
+        if (comp_is_word(w)) comp_add_sub(c, w);
     }
   }
 }
 
-static void summarize(cspec *c, const char *help) {
+static void comp_summarize(comp_cspec *c, const char *help) {
   snprintf(c->summary, sizeof c->summary, "%s", help ? help : "");
   char *dot = strstr(c->summary, ". ");
   if (dot) *dot = '\0';
@@ -121,28 +121,28 @@ static void summarize(cspec *c, const char *help) {
   if (n && c->summary[n - 1] == '.') c->summary[n - 1] = '\0';
 }
 
-static bool in_table(const char *name) {
+static bool comp_in_table(const char *name) {
   for (const rcmd *t = sbxctl_cmds; t->name; t++)
     if (strcmp(t->name, name) == 0) return true;
   return false;
 }
 
-static size_t build_model(cspec *out) {
+static size_t comp_build_model(comp_cspec *out) {
   size_t n = 0;
-  for (const rcmd *t = sbxctl_cmds; t->name && n < MAX_CMDS; t++, n++) {
+  for (const rcmd *t = sbxctl_cmds; t->name && n < COMP_MAX_CMDS; t++, n++) {
     memset(&out[n], 0, sizeof out[n]);
     out[n].name = t->name;
-    summarize(&out[n], t->help);
-    parse_usage(&out[n], t->args);
-    for (const char *const *o = common_opts; *o; o++) add_opt(&out[n], *o, NULL);
+    comp_summarize(&out[n], t->help);
+    comp_parse_usage(&out[n], t->args);
+    for (const char *const *o = comp_common_opts; *o; o++) comp_add_opt(&out[n], *o, NULL);
   }
-  for (const rcmd *t = extra_cmds; t->name && n < MAX_CMDS; t++) {
-    if (in_table(t->name)) continue;
+  for (const rcmd *t = comp_extra_cmds; t->name && n < COMP_MAX_CMDS; t++) {
+    if (comp_in_table(t->name)) continue;
     memset(&out[n], 0, sizeof out[n]);
     out[n].name = t->name;
-    summarize(&out[n], t->help);
-    parse_usage(&out[n], t->args);
-    add_opt(&out[n], "--help", NULL);
+    comp_summarize(&out[n], t->help);
+    comp_parse_usage(&out[n], t->args);
+    comp_add_opt(&out[n], "--help", NULL);
     n++;
   }
   return n;
@@ -150,9 +150,9 @@ static size_t build_model(cspec *out) {
 
 /* The words an option's value completes to: its listed choices, the size
  * tiers, or nothing (free text: seconds, paths inside the sandbox, ...). */
-static bool value_words(const char *value, char *out, size_t cap) {
+static bool comp_value_words(const char *value, char *out, size_t cap) {
   if (strcmp(value, "SIZE") == 0) {
-    snprintf(out, cap, "%s", sizes);
+    snprintf(out, cap, "%s", comp_sizes);
     return true;
   }
   if (!strchr(value, '|')) return false;
@@ -166,22 +166,22 @@ static bool value_words(const char *value, char *out, size_t cap) {
 }
 
 /* Every option that takes a value, once, with its words ("" = free text). */
-typedef struct valopt {
+typedef struct comp_valopt {
   const char *name;
   char words[128];
-} valopt;
+} comp_valopt;
 
-static size_t value_opts(const cspec *cs, size_t n, valopt *out, size_t cap) {
+static size_t comp_value_opts(const comp_cspec *cs, size_t n, comp_valopt *out, size_t cap) {
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < cs[i].nopts; j++) {
-      const copt *o = &cs[i].opts[j];
+      const comp_copt *o = &cs[i].opts[j];
       if (!o->value[0] || strcmp(o->name, "--addr") == 0 || strcmp(o->name, "--token") == 0) continue;
       size_t m = 0;
       while (m < k && strcmp(out[m].name, o->name) != 0) m++;
       if (m < k || k == cap) continue;
       out[k].name = o->name;
-      if (!value_words(o->value, out[k].words, sizeof out[k].words)) out[k].words[0] = '\0';
+      if (!comp_value_words(o->value, out[k].words, sizeof out[k].words)) out[k].words[0] = '\0';
       k++;
     }
   return k;
@@ -189,17 +189,17 @@ static size_t value_opts(const cspec *cs, size_t n, valopt *out, size_t cap) {
 
 /* ---- emitters ---- */
 
-static const char ids_reader[] = "\"${XDG_STATE_HOME:-$HOME/.local/state}/sbxctl/tokens.json\"";
+static const char comp_ids_reader[] = "\"${XDG_STATE_HOME:-$HOME/.local/state}/sbxctl/tokens.json\"";
 
-static void print_opts(const cspec *c, const char *sep) {
+static void comp_print_opts(const comp_cspec *c, const char *sep) {
   for (size_t j = 0; j < c->nopts; j++) printf("%s%s", j ? sep : "", c->opts[j].name);
 }
 
-static void print_subs(const cspec *c) {
+static void comp_print_subs(const comp_cspec *c) {
   for (size_t j = 0; j < c->nsubs; j++) printf("%s%s", j ? " " : "", c->subs[j]);
 }
 
-static void emit_bash(const cspec *cs, size_t n, const valopt *vo, size_t nvo) {
+static void comp_emit_bash(const comp_cspec *cs, size_t n, const comp_valopt *vo, size_t nvo) {
   printf("# bash completion for sbxctl %s, generated by `sbxctl completion bash`.\n"
          "#   source <(sbxctl completion bash)\n"
          "_sbxctl_ids() {\n"
@@ -220,7 +220,7 @@ static void emit_bash(const cspec *cs, size_t n, const valopt *vo, size_t nvo) {
          "    esac\n"
          "  done\n\n"
          "  case \"$prev\" in\n",
-         sbx_version(), ids_reader);
+         sbx_version(), comp_ids_reader);
   for (size_t i = 0; i < nvo; i++)
     if (vo[i].words[0]) printf("    %s) COMPREPLY=($(compgen -W \"%s\" -- \"$cur\")); return ;;\n", vo[i].name, vo[i].words);
   printf("    --addr|--token");
@@ -228,13 +228,13 @@ static void emit_bash(const cspec *cs, size_t n, const valopt *vo, size_t nvo) {
     if (!vo[i].words[0]) printf("|%s", vo[i].name);
   printf(") return ;;\n  esac\n\n  if [ -z \"$cmd\" ]; then\n    COMPREPLY=($(compgen -W \"");
   for (size_t i = 0; i < n; i++) printf("%s ", cs[i].name);
-  for (const char *const *g = global_opts; *g; g++) printf("%s%s", *g, g[1] ? " " : "");
+  for (const char *const *g = comp_global_opts; *g; g++) printf("%s%s", *g, g[1] ? " " : "");
   printf("\" -- \"$cur\"))\n    return\n  fi\n\n  case \"$cmd\" in\n");
   for (size_t i = 0; i < n; i++) {
     printf("    %s) opts=\"", cs[i].name);
-    print_opts(&cs[i], " ");
+    comp_print_opts(&cs[i], " ");
     printf("\"; subs=\"");
-    print_subs(&cs[i]);
+    comp_print_subs(&cs[i]);
     printf("\"; ids=%d; paths=%d ;;\n", cs[i].ids, cs[i].paths);
   }
   printf("    *) return ;;\n"
@@ -254,7 +254,7 @@ static void emit_bash(const cspec *cs, size_t n, const valopt *vo, size_t nvo) {
 }
 
 /* Inside a single-quoted shell word: ' becomes '\'' (bash, zsh) or \' (fish). */
-static void put_quoted(const char *s, bool fish, bool zsh_describe) {
+static void comp_put_quoted(const char *s, bool fish, bool zsh_describe) {
   for (; *s; s++) {
     if (*s == '\'') fputs(fish ? "\\'" : "'\\''", stdout);
     else if (*s == '\\' && fish) fputs("\\\\", stdout);
@@ -263,7 +263,7 @@ static void put_quoted(const char *s, bool fish, bool zsh_describe) {
   }
 }
 
-static void emit_zsh(const cspec *cs, size_t n, const valopt *vo, size_t nvo) {
+static void comp_emit_zsh(const comp_cspec *cs, size_t n, const comp_valopt *vo, size_t nvo) {
   printf("#compdef sbxctl\n"
          "# zsh completion for sbxctl %s, generated by `sbxctl completion zsh`.\n"
          "#   source <(sbxctl completion zsh)   or as _sbxctl in $fpath\n"
@@ -275,10 +275,10 @@ static void emit_zsh(const cspec *cs, size_t n, const valopt *vo, size_t nvo) {
          "  local -a cmds opts subs idl\n"
          "  local cmd i ids=0 paths=0\n"
          "  cmds=(\n",
-         sbx_version(), ids_reader);
+         sbx_version(), comp_ids_reader);
   for (size_t i = 0; i < n; i++) {
     printf("    '%s:", cs[i].name);
-    put_quoted(cs[i].summary, false, true);
+    comp_put_quoted(cs[i].summary, false, true);
     printf("'\n");
   }
   printf("  )\n"
@@ -299,16 +299,16 @@ static void emit_zsh(const cspec *cs, size_t n, const valopt *vo, size_t nvo) {
          "  esac\n"
          "  if [[ -z $cmd ]]; then\n"
          "    if [[ $PREFIX == -* ]]; then compadd -- ");
-  for (const char *const *g = global_opts; *g; g++) printf("%s%s", *g, g[1] ? " " : "");
+  for (const char *const *g = comp_global_opts; *g; g++) printf("%s%s", *g, g[1] ? " " : "");
   printf("; else _describe -t commands 'sbxctl command' cmds; fi\n"
          "    return\n"
          "  fi\n"
          "  case $cmd in\n");
   for (size_t i = 0; i < n; i++) {
     printf("    %s) opts=(", cs[i].name);
-    print_opts(&cs[i], " ");
+    comp_print_opts(&cs[i], " ");
     printf("); subs=(");
-    print_subs(&cs[i]);
+    comp_print_subs(&cs[i]);
     printf("); ids=%d; paths=%d ;;\n", cs[i].ids, cs[i].paths);
   }
   printf("    *) return ;;\n"
@@ -327,7 +327,7 @@ static void emit_zsh(const cspec *cs, size_t n, const valopt *vo, size_t nvo) {
          "if [[ $zsh_eval_context[-1] == loadautofunc ]]; then _sbxctl \"$@\"; else compdef _sbxctl sbxctl; fi\n");
 }
 
-static void emit_fish(const cspec *cs, size_t n) {
+static void comp_emit_fish(const comp_cspec *cs, size_t n) {
   printf("# fish completion for sbxctl %s, generated by `sbxctl completion fish`.\n"
          "#   sbxctl completion fish | source\n"
          "function __sbxctl_ids\n"
@@ -361,26 +361,26 @@ static void emit_fish(const cspec *cs, size_t n) {
          "end\n\n"
          "complete -c sbxctl -f\n",
          sbx_version());
-  for (const char *const *g = global_opts; *g; g++)
+  for (const char *const *g = comp_global_opts; *g; g++)
     printf("complete -c sbxctl -n 'not __sbxctl_cmd' -l %s%s\n", *g + 2,
            strcmp(*g, "--addr") == 0 || strcmp(*g, "--token") == 0 ? " -x" : "");
   for (size_t i = 0; i < n; i++) {
     printf("complete -c sbxctl -n 'not __sbxctl_cmd' -a %s -d '", cs[i].name);
-    put_quoted(cs[i].summary, true, false);
+    comp_put_quoted(cs[i].summary, true, false);
     printf("'\n");
   }
   for (size_t i = 0; i < n; i++) {
-    const cspec *c = &cs[i];
+    const comp_cspec *c = &cs[i];
     for (size_t j = 0; j < c->nopts; j++) {
       char words[128];
       printf("complete -c sbxctl -n '__sbxctl_using %s' -l %s", c->name, c->opts[j].name + 2);
-      if (c->opts[j].value[0] && value_words(c->opts[j].value, words, sizeof words)) printf(" -x -a '%s'", words);
+      if (c->opts[j].value[0] && comp_value_words(c->opts[j].value, words, sizeof words)) printf(" -x -a '%s'", words);
       else if (c->opts[j].value[0]) printf(" -x");
       printf("\n");
     }
     if (c->nsubs) {
       printf("complete -c sbxctl -n '__sbxctl_using %s' -a '", c->name);
-      print_subs(c);
+      comp_print_subs(c);
       printf("'\n");
     }
     if (c->paths) printf("complete -c sbxctl -n '__sbxctl_using %s' -F -a '(__sbxctl_ids | sed \"s/\\$/:/\")'\n", c->name);
@@ -392,13 +392,13 @@ int cmd_completion(rctx *r, int argc, char **argv) {
   (void)r;
   if (argc >= 2 && is_help(argv[1])) return rhelp("completion");
   if (argc != 2) return rusage("completion");
-  static cspec cs[MAX_CMDS];
-  valopt vo[MAX_CMDS];
-  size_t n = build_model(cs);
-  size_t nvo = value_opts(cs, n, vo, MAX_CMDS);
-  if (strcmp(argv[1], "bash") == 0) emit_bash(cs, n, vo, nvo);
-  else if (strcmp(argv[1], "zsh") == 0) emit_zsh(cs, n, vo, nvo);
-  else if (strcmp(argv[1], "fish") == 0) emit_fish(cs, n);
+  static comp_cspec cs[COMP_MAX_CMDS];
+  comp_valopt vo[COMP_MAX_CMDS];
+  size_t n = comp_build_model(cs);
+  size_t nvo = comp_value_opts(cs, n, vo, COMP_MAX_CMDS);
+  if (strcmp(argv[1], "bash") == 0) comp_emit_bash(cs, n, vo, nvo);
+  else if (strcmp(argv[1], "zsh") == 0) comp_emit_zsh(cs, n, vo, nvo);
+  else if (strcmp(argv[1], "fish") == 0) comp_emit_fish(cs, n);
   else {
     fprintf(stderr, "sbxctl: completion: unknown shell \"%s\" (expected bash, zsh or fish)\n", argv[1]);
     return EXIT_USAGE;
