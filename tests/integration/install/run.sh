@@ -81,6 +81,9 @@ out=$(bash -c '. "$1"; COMP_WORDS=(sbxctl claim --size ""); COMP_CWORD=3; _sbxct
 out=$(bash -c '. "$1"; COMP_WORDS=(sbxctl completion ""); COMP_CWORD=2; _sbxctl; echo "${COMPREPLY[*]}"' sh "$bcomp")
 [ "$out" = "bash zsh fish" ] || fail "bash: completion <TAB> gave '$out'"
 ok "bash completion loads and completes"
+rc=0; err=$("$p/bin/sbxctl" completion tcsh 2>&1 >/dev/null) || rc=$?
+[ "$rc" = 2 ] || fail "sbxctl completion tcsh: exit $rc, want 2"
+[ "$err" = 'sbxctl: completion: unknown shell "tcsh" (expected bash, zsh or fish)' ] || fail "sbxctl completion tcsh said: $err"
 if command -v zsh >/dev/null 2>&1; then
   zcomp=$p/share/zsh/vendor-completions/_sbxctl
   zsh -n "$zcomp" || fail "zsh -n $zcomp"
