@@ -16,6 +16,7 @@
 #include <sandbox/sandbox.h>
 
 #include "../libsandbox/core/env.h"
+#include "notify.h"
 #include "sandboxd.h"
 
 static void usage(FILE *f) {
@@ -180,6 +181,7 @@ int main(int argc, char **argv) {
   sbx_log_setup("sandboxd", level < 0 ? SBX_LOG_INFO : (sbx_log_level)level, SBX_LOG_PLAIN);
   if (lvl && level < 0) sbx_warn("SANDBOXD_LOG_LEVEL=%s is not error|warn|info|debug; using info", lvl);
   sbxi_env_apply(NULL); /* SBX_B64_SCALAR; provider.c applies the driver's */
+  notify_init();
 
   struct sbxd dd = {.data_fd = -1, .usage_fd = -1, .log_fd = -1}, *d = &dd;
   d->config_path = config_path;
@@ -281,6 +283,11 @@ int main(int argc, char **argv) {
            d->cfg->api_token ? "token" : "open", sbx_lease_count(d->leases));
   /* The line tests and scripts wait for. */
   fprintf(stderr, "sandboxd: ready port=%d\n", port);
+  /* Type=notify: the listener is bound and the pools are set (warm
+   * sandboxes keep filling in the background). */
+  char status[128];
+  snprintf(status, sizeof status, "READY=1\nSTATUS=listening on port %d", port);
+  notify_send(status);
 
   event_base_dispatch(d->base);
 
@@ -288,6 +295,7 @@ int main(int argc, char **argv) {
    * and claimed instances left running for the next start (§5.13). */
   d->stopping = true;
   watch_disarm_all(d);
+  notify_send("STOPPING=1");
   relays_close_all(d);
   exec_shutdown(d);
   durable_stop(d);

@@ -18,6 +18,9 @@
 
 #define EXIT_USAGE 2
 #define EXIT_SETUP 125 /* as env(1) and container runtimes: not ARGV's code */
+/* sandboxd's default data_dir: one place for templates on a node, whichever
+ * of the two runs a sandbox. */
+#define LOCAL_STATE_DIR "/var/lib/sandboxd"
 
 static void local_usage(FILE *f) {
   fprintf(f,
@@ -27,7 +30,9 @@ static void local_usage(FILE *f) {
           "  --size S      small (default), medium, large, xlarge, 2xlarge\n"
           "  --driver D    auto (default), jail, qemu\n"
           "  --stdin       forward this process's stdin to ARGV (default: none)\n"
-          "Environment: SBX_STATE_DIR (default /var/lib/sandbox), SBX_RUN_DIR (default\n"
+          "Templates are read from $SBX_STATE_DIR/templates, the same directory as sandboxd's\n"
+          "default templates_dir.\n"
+          "Environment: SBX_STATE_DIR (default " LOCAL_STATE_DIR "), SBX_RUN_DIR (default\n"
           "/run/sandbox-local), SBX_SILKD (default: silkd next to sbxctl, else /usr/lib/sandbox/silkd).\n");
 }
 
@@ -100,10 +105,11 @@ static int local_run(int argc, char **argv) {
   char **cmd = argv + optind;
 
   const char *state = getenv("SBX_STATE_DIR");
-  if (!state || !*state) state = "/var/lib/sandbox";
+  if (!state || !*state) state = LOCAL_STATE_DIR;
   char tdir[PATH_MAX], gdir[PATH_MAX], silkd[PATH_MAX];
   snprintf(tdir, sizeof tdir, "%s/templates", state);
-  snprintf(gdir, sizeof gdir, "%s/goldens", state);
+  /* Not sandboxd's goldens/: its reconcile owns what is in there. */
+  snprintf(gdir, sizeof gdir, "%s/goldens-local", state);
   sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(
       .templates_dir = tdir,
       .goldens_dir = gdir,
@@ -122,7 +128,8 @@ static int local_run(int argc, char **argv) {
   if (sbx_driver_open(driver, &cfg, &drv, &err) < 0) return fail("driver", &err);
   sbx_template_spec ts = SBX_TEMPLATE_SPEC_INIT(.name = tname);
   if (sbx_template_prepare(drv, &ts, &tpl, &err) < 0) {
-    code = fail("template", &err);
+    fprintf(stderr, "sbxctl: template %s: %s (templates dir %s)\n", tname, err.msg, tdir);
+    code = EXIT_SETUP;
     goto out;
   }
   if (sbx_golden_build(drv, tpl, NULL, &g, &err) < 0) {

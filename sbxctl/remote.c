@@ -13,7 +13,7 @@ const rcmd sbxctl_cmds[] = {
     {"claim", cmd_claim, "[TEMPLATE] [--size SIZE] [--net none|egress] [--ttl SECONDS] [--ref REF]",
      "Claim a sandbox (template default: host) and print its id. The sandbox token is remembered in the state "
      "file so later commands need none."},
-    {"exec", cmd_exec, "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER] [--no-stdin] -- ARGV...",
+    {"exec", cmd_exec, "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER] [--session SID] [--no-stdin] -- ARGV...",
      "Run ARGV in the sandbox, streaming its output and forwarding stdin. Exits with the remote exit code; "
      "Ctrl-C kills the remote process."},
     {"shell", cmd_shell, "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER]",
@@ -38,6 +38,7 @@ const rcmd sbxctl_cmds[] = {
      "Show the node's pools, or replace them with the JSON {\"pools\":[...]} of PUT /v1/pools."},
     {"drain", cmd_drain, "", "Cordon the node: new claims are refused, warm sandboxes destroyed."},
     {"uncordon", cmd_uncordon, "", "Lift a drain."},
+    {"completion", cmd_completion, "bash|zsh|fish", "Print the shell completion script for bash, zsh or fish."},
     {NULL, NULL, NULL, NULL},
 };
 

@@ -82,5 +82,6 @@ int cmd_session(rctx *r, int argc, char **argv);
 int cmd_cp(rctx *r, int argc, char **argv);
 int cmd_cat(rctx *r, int argc, char **argv);
 int cmd_put(rctx *r, int argc, char **argv);
+int cmd_completion(rctx *r, int argc, char **argv);
 
 #endif

@@ -9,6 +9,7 @@
 #include <pty.h>
 
 #include "../../../sbxctl/cmd_exec.c"
+#include "../../../sbxctl/cmd_completion.c"
 #include "../../../sbxctl/cmd_fs.c"
 #include "../../../sbxctl/cmd_sandbox.c"
 #include "../../../sbxctl/cmd_shell.c"
