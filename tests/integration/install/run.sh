@@ -61,7 +61,7 @@ ok "tmpfiles entry creates its directories"
 # ---- example config: valid, loopback ----
 conf=$p/etc/sandboxd/config.json
 out=$("$p/bin/sandboxd" --config "$conf" --check-config 2>&1) || fail "--check-config: $out"
-[ "$out" = "config ok" ] || fail "--check-config said: $out"
+case $out in "config ok: listen 127.0.0.1:"*) ;; *) fail "--check-config said: $out" ;; esac
 grep -q '"listen": "127.0.0.1:' "$conf" || fail "example config does not listen on loopback"
 ok "example config passes --check-config and binds 127.0.0.1"
 
