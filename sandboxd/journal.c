@@ -21,13 +21,14 @@
 #include <unistd.h>
 
 #include "sandboxd.h"
+#include "core/path.h"
 
 #define USAGE_ROTATE (64ll * 1024 * 1024)
 #define LOG_FOLD 4096
 
 static int mkdirs(const char *path, sbx_error *err) {
   char buf[4096];
-  snprintf(buf, sizeof buf, "%s", path);
+  if (sbxi_path_fmt(buf, sizeof buf, err, "%s", path) < 0) return SBX_E_NAMETOOLONG;
   for (char *p = buf + 1; *p; p++) {
     if (*p != '/') continue;
     *p = '\0';
@@ -67,7 +68,7 @@ static int write_all(int fd, const char *p, size_t n) {
 
 static int atomic_write(struct sbxd *d, const char *name, const char *data, size_t len, bool sync, sbx_error *err) {
   char tmp[128];
-  snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+  if (sbxi_path_fmt(tmp, sizeof tmp, err, ".%s.tmp", name) < 0) return SBX_E_NAMETOOLONG;
   int fd = openat(d->data_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return sbx_err_os(err, errno, "create %s/%s", d->cfg->data_dir, tmp);
   if (write_all(fd, data, len) < 0 || (sync && fsync(fd) < 0)) {

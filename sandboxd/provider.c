@@ -18,6 +18,7 @@
 
 #ifdef SBX_HAVE_DRIVER
 #include <sandbox/driver.h>
+#include "core/path.h"
 #endif
 
 struct golden_ent {
@@ -107,7 +108,7 @@ static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *
 
 static int mkdir_p(const char *path, sbx_error *err) {
   char buf[PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
+  if (sbxi_path_fmt(buf, sizeof buf, err, "%s", path) < 0) return SBX_E_NAMETOOLONG;
   for (char *p = buf + 1; *p; p++) {
     if (*p != '/') continue;
     *p = '\0';
@@ -127,12 +128,12 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
   pthread_mutex_init(&p->build_mu, NULL);
   int rc;
 #ifdef SBX_HAVE_DRIVER
-  snprintf(p->goldens_dir, sizeof p->goldens_dir, "%s/goldens", cfg->data_dir);
-  snprintf(p->run_dir, sizeof p->run_dir, "%s/run", cfg->data_dir);
+  if ((rc = sbxi_path_fmt(p->goldens_dir, sizeof p->goldens_dir, err, "%s/goldens", cfg->data_dir)) < 0) goto fail;
+  if ((rc = sbxi_path_fmt(p->run_dir, sizeof p->run_dir, err, "%s/run", cfg->data_dir)) < 0) goto fail;
   if ((rc = mkdir_p(p->goldens_dir, err)) < 0 || (rc = mkdir_p(p->run_dir, err)) < 0) goto fail;
   const char *silkd = getenv("SANDBOXD_SILKD");
   if (silkd) {
-    snprintf(p->silkd, sizeof p->silkd, "%s", silkd);
+    if ((rc = sbxi_path_fmt(p->silkd, sizeof p->silkd, err, "%s", silkd)) < 0) goto fail;
   } else {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -140,7 +141,7 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
     exe[n] = '\0';
     char *slash = strrchr(exe, '/');
     if (slash) *slash = '\0';
-    snprintf(p->silkd, sizeof p->silkd, "%s/silkd", exe);
+    if ((rc = sbxi_path_fmt(p->silkd, sizeof p->silkd, err, "%s/silkd", exe)) < 0) goto fail;
   }
   sbx_driver_config dc = {.templates_dir = cfg->templates_dir,
                           .goldens_dir = p->goldens_dir,

@@ -13,6 +13,7 @@
 #include <sandbox/driver.h>
 
 #include "local.h"
+#include "core/path.h"
 
 #define EXIT_USAGE 2
 #define EXIT_SETUP 125 /* as env(1) and container runtimes: not ARGV's code */
@@ -112,8 +113,10 @@ static int local_run(int argc, char **argv) {
   const char *state = getenv("SBX_STATE_DIR");
   if (!state || !*state) state = "/var/lib/sandbox";
   char tdir[PATH_MAX], gdir[PATH_MAX], silkd[PATH_MAX];
-  snprintf(tdir, sizeof tdir, "%s/templates", state);
-  snprintf(gdir, sizeof gdir, "%s/goldens", state);
+  sbx_error perr;
+  if (sbxi_path_fmt(tdir, sizeof tdir, &perr, "%s/templates", state) < 0 ||
+      sbxi_path_fmt(gdir, sizeof gdir, &perr, "%s/goldens", state) < 0)
+    return fail("SBX_STATE_DIR", &perr);
   sbx_driver_config cfg = {
       .templates_dir = tdir,
       .goldens_dir = gdir,

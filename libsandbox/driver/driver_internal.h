@@ -4,6 +4,8 @@
 
 #include <sandbox/driver.h>
 
+#include "core/path.h"
+
 #define SBX_ID_MAX 64
 
 /* First member of every driver's sbx_instance, so the generic accessors

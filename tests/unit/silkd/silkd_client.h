@@ -26,6 +26,8 @@
 #include <sandbox/core.h>
 #include <sandbox/wire.h>
 
+#include "core/path.h"
+
 #define SC_HANG_MS 120000
 
 typedef struct silkd_srv {
@@ -51,8 +53,8 @@ static inline void sc_rmrf(const char *path) { nftw(path, sc_rm_cb, 64, FTW_DEPT
 static inline int sc_try_connect(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+  if (sbxi_path_fmt(sa.sun_path, sizeof sa.sun_path, NULL, "%s", path) < 0 ||
+      connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
     close(fd);
     return -1;
   }
@@ -65,7 +67,7 @@ static inline int silkd_start(silkd_srv *s) {
   if (!mkdtemp(s->dir)) return -1;
   snprintf(s->sock, sizeof s->sock, "%s/silkd.sock", s->dir);
   char bin[512], listen[400], log[300];
-  snprintf(bin, sizeof bin, "%s/silkd", SBX_BUILD_BIN_DIR);
+  if (sbxi_path_fmt(bin, sizeof bin, NULL, "%s/silkd", SBX_BUILD_BIN_DIR) < 0) return -1;
   snprintf(listen, sizeof listen, "unix:%s", s->sock);
   snprintf(log, sizeof log, "%s/silkd.log", s->dir);
   s->pid = fork();

@@ -663,7 +663,7 @@ static void test_fd_listener(void **state) {
   snprintf(path, sizeof path, "%s/inherited.sock", srv.dir);
   int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  assert_int_equal(sbxi_path_fmt(sa.sun_path, sizeof sa.sun_path, NULL, "%s", path), 0);
   assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
   assert_int_equal(listen(lfd, 8), 0);
   pid_t pid = fork();
@@ -679,7 +679,7 @@ static void test_fd_listener(void **state) {
   }
   close(lfd);
   silkd_srv s2 = {.pid = pid};
-  snprintf(s2.sock, sizeof s2.sock, "%s", path);
+  assert_int_equal(sbxi_path_fmt(s2.sock, sizeof s2.sock, NULL, "%s", path), 0);
   sc *c = sc_open(&s2); /* the backlog accepts before silkd runs */
   assert_non_null(c);
   sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
