@@ -16,17 +16,13 @@
 #include "provider.h"
 #include "sandboxd.h"
 
-#ifdef SBX_HAVE_DRIVER
 #include <sandbox/driver.h>
 #include "core/path.h"
-#endif
 
 struct golden_ent {
   char hash[33];
-#ifdef SBX_HAVE_DRIVER
   sbx_template *t;
   sbx_golden *g;
-#endif
   bool cold; /* built for an unpooled key on a claim */
 };
 
@@ -45,17 +41,13 @@ struct provider {
   size_t ngoldens;
   struct warmup_ent *warmups; /* the pools' warmup argv, by key hash */
   size_t nwarmups;
-#ifdef SBX_HAVE_DRIVER
   sbx_driver *drv;
   char goldens_dir[PATH_MAX], run_dir[PATH_MAX], silkd[PATH_MAX];
-#endif
 };
 
 struct inst {
   char name[SBX_POOL_NAME_MAX];
-#ifdef SBX_HAVE_DRIVER
   sbx_instance *di;
-#endif
 };
 
 const char *inst_name(const struct inst *s) { return s->name; }
@@ -96,7 +88,6 @@ void provider_set_warmup(struct provider *p, const sbx_pool_key *key, char *cons
   pthread_mutex_unlock(&p->mu);
 }
 
-#ifdef SBX_HAVE_DRIVER
 static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *err) {
   char hash[33], rnd[13];
   key_hash(key, hash);
@@ -118,7 +109,6 @@ static int mkdir_p(const char *path, sbx_error *err) {
   if (mkdir(buf, 0755) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", buf);
   return 0;
 }
-#endif
 
 /* ---- shared ---- */
 
@@ -127,7 +117,6 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
   pthread_mutex_init(&p->mu, NULL);
   pthread_mutex_init(&p->build_mu, NULL);
   int rc;
-#ifdef SBX_HAVE_DRIVER
   if ((rc = sbxi_path_fmt(p->goldens_dir, sizeof p->goldens_dir, err, "%s/goldens", cfg->data_dir)) < 0) goto fail;
   if ((rc = sbxi_path_fmt(p->run_dir, sizeof p->run_dir, err, "%s/run", cfg->data_dir)) < 0) goto fail;
   if ((rc = mkdir_p(p->goldens_dir, err)) < 0 || (rc = mkdir_p(p->run_dir, err)) < 0) goto fail;
@@ -160,11 +149,6 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
   if (rc < 0) goto fail;
   *out = p;
   return 0;
-#else
-  rc = sbx_err(err, SBX_E_UNSUPPORTED, "driver %s: this build has no drivers yet (libsandbox/driver is not built in)",
-               cfg->driver);
-  goto fail;
-#endif
 fail:
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->build_mu);
@@ -174,13 +158,11 @@ fail:
 
 void provider_close(struct provider *p) {
   if (!p) return;
-#ifdef SBX_HAVE_DRIVER
   for (size_t i = 0; i < p->ngoldens; i++) {
     if (p->goldens[i].g) sbx_golden_release(p->drv, p->goldens[i].g);
     if (p->goldens[i].t) sbx_template_release(p->drv, p->goldens[i].t);
   }
   if (p->drv) sbx_driver_close(p->drv);
-#endif
   sbx_free(p->goldens);
   for (size_t i = 0; i < p->nwarmups; i++) free_argv(p->warmups[i].argv);
   sbx_free(p->warmups);
@@ -190,11 +172,7 @@ void provider_close(struct provider *p) {
 }
 
 const char *provider_name(const struct provider *p) {
-#ifdef SBX_HAVE_DRIVER
   return sbx_driver_name(p->drv);
-#else
-  return "none";
-#endif
 }
 
 static struct golden_ent *golden_find(struct provider *p, const char *hash) {
@@ -223,7 +201,6 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
   if (have && !cold) have->cold = false;
   pthread_mutex_unlock(&p->mu);
   if (have) return 0;
-#ifdef SBX_HAVE_DRIVER
   pthread_mutex_lock(&p->build_mu);
   pthread_mutex_lock(&p->mu);
   have = golden_find(p, hash);
@@ -268,9 +245,6 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
   pthread_mutex_unlock(&p->mu);
   pthread_mutex_unlock(&p->build_mu);
   return 0;
-#else
-  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
-#endif
 }
 
 static int op_prepare(void *ud, const sbx_pool_key *key, sbx_error *err) {
@@ -305,7 +279,6 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
   struct provider *p = ud;
   int rc = prepare_key(p, key, true, err);
   if (rc < 0) return rc;
-#ifdef SBX_HAVE_DRIVER
   struct inst *s = sbx_calloc(1, sizeof *s);
   rc = make_name(key, s->name, sizeof s->name, err);
   if (rc < 0) {
@@ -332,23 +305,16 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
   if (init > 0) inst_normal_priority(init);
   *out = s;
   return 0;
-#else
-  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
-#endif
 }
 
 static void op_destroy(void *ud, void *inst) {
-  struct provider *p = ud;
   struct inst *s = inst;
-  (void)p;
-#ifdef SBX_HAVE_DRIVER
   if (s->di) {
     sbx_error err;
     pid_t init = sbx_instance_pid(s->di);
     if (init > 0) inst_worker_priority(init);
     if (sbx_sandbox_destroy(s->di, &err) < 0) sbx_warn("destroy %s: %s", s->name, err.msg);
   }
-#endif
   sbx_free(s);
 }
 
@@ -360,7 +326,6 @@ static struct inst **kept;
 static size_t nkept;
 
 void inst_forget(struct inst *s) {
-#ifdef SBX_HAVE_DRIVER
   if (s->di) {
     pthread_mutex_lock(&kept_mu);
     kept = sbx_reallocarray(kept, nkept + 1, sizeof *kept);
@@ -368,7 +333,6 @@ void inst_forget(struct inst *s) {
     pthread_mutex_unlock(&kept_mu);
     return;
   }
-#endif
   sbx_free(s);
 }
 
@@ -380,16 +344,12 @@ sbx_pool_provider provider_pool_ops(struct provider *p) {
 }
 
 int inst_connect(struct inst *s, int *fd, sbx_error *err) {
-#ifdef SBX_HAVE_DRIVER
   if (s->di) return sbx_sandbox_connect(s->di, fd, err);
-#endif
-  (void)fd;
   return sbx_err(err, SBX_E_UNSUPPORTED, "%s has no agent channel", s->name);
 }
 
 int inst_stats(struct inst *s, struct inst_stats *out, sbx_error *err) {
   memset(out, 0, sizeof *out);
-#ifdef SBX_HAVE_DRIVER
   if (s->di) {
     sbx_stats st;
     int rc = sbx_sandbox_stats(s->di, &st, err);
@@ -397,11 +357,9 @@ int inst_stats(struct inst *s, struct inst_stats *out, sbx_error *err) {
     out->mem_used = st.mem_bytes;
     out->measured = true;
   }
-#endif
   return 0;
 }
 
-#ifdef SBX_HAVE_DRIVER
 struct rec_ctx {
   provider_keep_fn keep;
   provider_adopt_fn adopted;
@@ -417,14 +375,9 @@ static bool rec_cb(void *ud, const sbx_found *found, sbx_instance *adopted) {
   c->adopted(c->ud, s->name, s);
   return true;
 }
-#endif
 
 int provider_reconcile(struct provider *p, provider_keep_fn keep, provider_adopt_fn adopted, void *ud,
                        sbx_error *err) {
-#ifdef SBX_HAVE_DRIVER
   struct rec_ctx c = {keep, adopted, ud};
   return sbx_driver_reconcile(p->drv, rec_cb, &c, err);
-#else
-  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
-#endif
 }

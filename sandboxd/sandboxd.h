@@ -114,7 +114,7 @@ int auth_node(struct sbxd *d, struct http_req *req, bool root_only, struct calle
 sbx_lease *auth_sbx(struct sbxd *d, struct http_req *req, const char *id, bool allow_root, const char *notfound);
 bool has_bearer(struct http_req *req);
 
-/* ---- handlers.c ---- */
+/* ---- claims.c ---- */
 void h_claim(struct sbxd *d, struct http_req *req);
 void h_release(struct sbxd *d, struct http_req *req, const char *id);
 void h_renew(struct sbxd *d, struct http_req *req, const char *id);
@@ -122,6 +122,11 @@ void h_list(struct sbxd *d, struct http_req *req);
 void h_get(struct sbxd *d, struct http_req *req, const char *id);
 void h_stats(struct sbxd *d, struct http_req *req, const char *id);
 void h_owner(struct sbxd *d, struct http_req *req, const char *id);
+/* Remove a lease: usage event, relays closed, instance destroyed. */
+void lease_end(struct sbxd *d, sbx_lease *l, const char *ev);
+void reap_tick(struct sbxd *d);
+
+/* ---- admin.c ---- */
 void h_info(struct sbxd *d, struct http_req *req);
 void h_pools(struct sbxd *d, struct http_req *req);
 void h_drain(struct sbxd *d, struct http_req *req, bool on);
@@ -129,13 +134,12 @@ void h_peers(struct sbxd *d, struct http_req *req);
 void h_volumes(struct sbxd *d, struct http_req *req);
 void h_metrics(struct sbxd *d, struct http_req *req);
 json_t *node_info(struct sbxd *d);
-/* Remove a lease: usage event, relays closed, instance destroyed. */
-void lease_end(struct sbxd *d, sbx_lease *l, const char *ev);
-void reap_tick(struct sbxd *d);
-/* Arm the deferred refill kick the pool manager asked for, if any. */
-void arm_kick(struct sbxd *d);
 int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err); /* takes p */
 int recover(struct sbxd *d, sbx_error *err);
+
+/* ---- main.c ---- */
+/* Arm the deferred refill kick the pool manager asked for, if any. */
+void arm_kick(struct sbxd *d);
 
 /* ---- exec.c ---- */
 void h_exec(struct sbxd *d, struct http_req *req, const char *id);
