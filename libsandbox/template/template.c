@@ -121,9 +121,11 @@ int sbxi_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err) {
     sbxi_rm_rf_at(tfd, strrchr(tmp, '/') + 1, NULL);
     if ((rc = build_host_dir(tmp, err)) == 0) {
       char r[PATH_MAX];
-      int fd = sbxi_path_fmt(r, sizeof r, err, "%s/.ready", tmp) < 0 ? -1 : open(r, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      int fd = (rc = sbxi_path_fmt(r, sizeof r, err, "%s/.ready", tmp)) < 0
+                   ? -1
+                   : open(r, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
       if (fd >= 0) close(fd);
-      if (rename(tmp, dir) < 0 && errno != EEXIST && errno != ENOTEMPTY)
+      if (rc == 0 && rename(tmp, dir) < 0 && errno != EEXIST && errno != ENOTEMPTY)
         rc = sbx_err_os(err, errno, "rename %s", tmp);
     }
     sbxi_rm_rf_at(tfd, strrchr(tmp, '/') + 1, NULL);

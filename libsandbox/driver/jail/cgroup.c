@@ -108,7 +108,10 @@ int jail_cgroup_init(const char *name, jail_cgroup **out, sbx_error *err) {
   struct statfs sf;
   cg->v2 = statfs(ROOT, &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC;
   if (cg->v2) {
-    if (sbxi_path_fmt(cg->base[0], PATH_MAX, err, "%s/%s", ROOT, name) < 0) { sbx_free(cg); return SBX_E_NAMETOOLONG; }
+    if (sbxi_path_fmt(cg->base[0], PATH_MAX, err, "%s/%s", ROOT, name) < 0) {
+      sbx_free(cg);
+      return SBX_E_NAMETOOLONG;
+    }
     if (mkdir(cg->base[0], 0755) < 0 && errno != EEXIST) {
       int e = errno;
       sbx_free(cg);
@@ -128,7 +131,10 @@ int jail_cgroup_init(const char *name, jail_cgroup **out, sbx_error *err) {
       struct statfs cs;
       if (sbxi_path_fmt(root, sizeof root, NULL, "%s/%s", ROOT, ctl_names[c]) < 0) continue;
       if (statfs(root, &cs) < 0 || cs.f_type != 0x27e0eb /* CGROUP_SUPER_MAGIC */) continue;
-      if (sbxi_path_fmt(cg->base[c], PATH_MAX, err, "%s/%s", root, name) < 0) { sbx_free(cg); return SBX_E_NAMETOOLONG; }
+      if (sbxi_path_fmt(cg->base[c], PATH_MAX, err, "%s/%s", root, name) < 0) {
+        sbx_free(cg);
+        return SBX_E_NAMETOOLONG;
+      }
       if (mkdir(cg->base[c], 0755) < 0 && errno != EEXIST) {
         int e = errno;
         sbx_free(cg);

@@ -54,7 +54,9 @@ int jail_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err)
     const char *id = fl.ids[i];
     sbx_found f = {id, 0, false};
     char path[PATH_MAX], buf[64];
-    int sfd = sbxi_path_fmt(path, sizeof path, NULL, "%s/state", id) < 0 ? -1 : openat(jd->run_dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int sfd = sbxi_path_fmt(path, sizeof path, NULL, "%s/state", id) < 0
+                  ? -1
+                  : openat(jd->run_dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     unsigned long long start = 0;
     if (sfd >= 0) {
       ssize_t n = read(sfd, buf, sizeof buf - 1);
