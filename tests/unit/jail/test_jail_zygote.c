@@ -51,8 +51,11 @@ static int run_in(sbx_instance *s, const char *script, char *out, size_t cap) {
 }
 
 /* What pid 1 is, with the numbers that differ from run to run (socket
- * inodes, pids of the probe) left out. */
+ * inodes, pids of the probe) left out. It first reads its stdin to the end:
+ * until silkd has handled the client's stdin_close it holds the write end
+ * of the probe's stdin pipe, which would show in pid 1's fds or not. */
 static const char probe[] =
+    "cat >/dev/null; "
     "tr '\\0' ' ' </proc/1/cmdline; echo; cat /proc/1/comm; "
     "grep -E '^(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|Cap[A-Za-z]+|NSpid|PPid|Nice)' /proc/1/status; "
     "for f in /proc/1/fd/*; do echo \"${f##*/} $(readlink $f | sed 's/[[0-9]*]//')\"; done; "
