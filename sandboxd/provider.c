@@ -12,12 +12,11 @@
 #include <unistd.h>
 
 #include <sandbox/core.h>
+#include <sandbox/driver.h>
 
+#include "core/path.h"
 #include "provider.h"
 #include "sandboxd.h"
-
-#include <sandbox/driver.h>
-#include "core/path.h"
 
 struct golden_ent {
   char hash[33];
