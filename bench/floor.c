@@ -153,7 +153,7 @@ static double kthreads_ms(void) {
   struct dirent *e;
   while ((e = readdir(dir))) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    char p[64], buf[512];
+    char p[300], buf[512]; /* d_name: up to 255 bytes */
     snprintf(p, sizeof p, "/proc/%s/stat", e->d_name);
     int fd = open(p, O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;

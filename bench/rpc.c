@@ -112,7 +112,7 @@ static uint64_t sum_over_tasks(pid_t pid, const char *file, task_figure figure) 
   uint64_t sum = 0;
   for (struct dirent *e; d && (e = readdir(d));) {
     if (e->d_name[0] == '.') continue;
-    char q[128];
+    char q[400]; /* d_name: up to 255 bytes */
     snprintf(q, sizeof q, "/proc/%d/task/%s/%s", (int)pid, e->d_name, file);
     FILE *f = fopen(q, "r");
     if (!f) continue;
@@ -243,7 +243,7 @@ static void tar_header(char h[512], uint64_t n) {
   snprintf(h + 100, 8, "%07o", 0644);
   snprintf(h + 108, 8, "%07o", 0);
   snprintf(h + 116, 8, "%07o", 0);
-  snprintf(h + 124, 12, "%011llo", (unsigned long long)n);
+  snprintf(h + 124, 12, "%011llo", (unsigned long long)n & 077777777777ull); /* ustar: 11 octal digits */
   snprintf(h + 136, 12, "%011o", 0);
   h[156] = '0';
   memcpy(h + 257, "ustar", 6);

@@ -198,7 +198,7 @@ static void tar_header(uint8_t *h, const char *name, size_t size) {
   snprintf((char *)h + 100, 8, "%07o", 0644);
   snprintf((char *)h + 108, 8, "%07o", 0);
   snprintf((char *)h + 116, 8, "%07o", 0);
-  snprintf((char *)h + 124, 12, "%011zo", size);
+  snprintf((char *)h + 124, 12, "%011zo", size & 077777777777u); /* ustar: 11 octal digits */
   snprintf((char *)h + 136, 12, "%011o", 1700000000);
   memset(h + 148, ' ', 8);
   h[156] = '0';

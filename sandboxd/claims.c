@@ -20,7 +20,8 @@ static json_t *key_json(const sbx_pool_key *k) {
  * a path. */
 static void reply_journal_error(struct http_req *req, const char *verb, const sbx_error *err) {
   char msg[160];
-  snprintf(msg, sizeof msg, "%s failed: journal write failed (%s)", verb,
+  /* The cause is cut to fit: the log has it whole. */
+  snprintf(msg, sizeof msg, "%s failed: journal write failed (%.96s)", verb,
            err->os_errno ? strerror(err->os_errno) : err->msg);
   reply_error(req, 500, msg);
 }

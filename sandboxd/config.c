@@ -18,6 +18,7 @@
 #include <sandbox/driver.h>
 
 #include "config.h"
+#include "core/path.h"
 
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...) {
@@ -276,9 +277,10 @@ static char *default_data_dir(void) {
   if (geteuid() == 0) return sbx_strdup("/var/lib/sandboxd");
   const char *x = getenv("XDG_STATE_HOME");
   char buf[PATH_MAX];
-  if (x && x[0] == '/') snprintf(buf, sizeof buf, "%s/sandboxd", x);
-  else snprintf(buf, sizeof buf, "%s/.local/state/sandboxd", getenv("HOME") ? getenv("HOME") : "/tmp");
-  return sbx_strdup(buf);
+  const char *home = getenv("HOME") ? getenv("HOME") : "/tmp";
+  int rc = x && x[0] == '/' ? sbxi_path_fmt(buf, sizeof buf, NULL, "%s/sandboxd", x)
+                            : sbxi_path_fmt(buf, sizeof buf, NULL, "%s/.local/state/sandboxd", home);
+  return sbx_strdup(rc < 0 ? "" : buf); /* "": config_finish refuses it as not absolute */
 }
 
 static struct config *config_new(void) {
@@ -302,7 +304,8 @@ static int config_finish(struct config *c, char *errbuf, size_t errlen) {
   if (c->data_dir[0] != '/') return fail(errbuf, errlen, "data_dir: must be an absolute path");
   if (!c->templates_dir) {
     char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s/templates", c->data_dir);
+    if (sbxi_path_fmt(buf, sizeof buf, NULL, "%s/templates", c->data_dir) < 0)
+      return fail(errbuf, errlen, "data_dir: too long");
     c->templates_dir = sbx_strdup(buf);
   }
   if (!c->jail_cgroup_root) c->jail_cgroup_root = sbx_strdup("sandbox");

@@ -28,13 +28,14 @@
 #include <unistd.h>
 
 #include "sandboxd.h"
+#include "core/path.h"
 
 #define USAGE_ROTATE (64ll * 1024 * 1024)
 #define LOG_FOLD 4096
 
 static int mkdirs(const char *path, sbx_error *err) {
   char buf[4096];
-  snprintf(buf, sizeof buf, "%s", path);
+  if (sbxi_path_fmt(buf, sizeof buf, err, "%s", path) < 0) return SBX_E_NAMETOOLONG;
   for (char *p = buf + 1; *p; p++) {
     if (*p != '/') continue;
     *p = '\0';
@@ -65,7 +66,7 @@ int journal_open(struct sbxd *d, sbx_error *err) {
 void journal_failed(struct sbxd *d, const sbx_error *err) {
   d->m.journal_errors++;
   if (!d->journal_error[0]) sbx_error_log("journal: %s; changes are refused until it can be written", err->msg);
-  snprintf(d->journal_error, sizeof d->journal_error, "%s", err->msg);
+  snprintf(d->journal_error, sizeof d->journal_error, "%.*s", (int)sizeof d->journal_error - 1, err->msg);
 }
 
 static void journal_healthy(struct sbxd *d) {
@@ -76,7 +77,7 @@ static void journal_healthy(struct sbxd *d) {
 
 static int atomic_write(struct sbxd *d, const char *name, const char *data, size_t len, bool sync, sbx_error *err) {
   char tmp[128];
-  snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+  if (sbxi_path_fmt(tmp, sizeof tmp, err, ".%s.tmp", name) < 0) return SBX_E_NAMETOOLONG;
   const char *step;
   if (sbxi_write_file_atomic(d->data_fd, name, tmp, data, len, 0600, sync, &step) < 0)
     return sbx_err_os(err, errno, "%s %s/%s", step, d->cfg->data_dir, strcmp(step, "rename") ? tmp : name);

@@ -16,22 +16,18 @@
 #include <unistd.h>
 
 #include <sandbox/core.h>
+#include <sandbox/driver.h>
 
 #include "../libsandbox/core/env.h"
 #include "../libsandbox/pool/secret.h"
+#include "core/path.h"
 #include "provider.h"
 #include "sandboxd.h"
 
-#ifdef SBX_HAVE_DRIVER
-#include <sandbox/driver.h>
-#endif
-
 struct golden_ent {
   char hash[33];
-#ifdef SBX_HAVE_DRIVER
   sbx_template *t;
   sbx_golden *g;
-#endif
   bool cold; /* built for an unpooled key on a claim */
 };
 
@@ -50,17 +46,13 @@ struct provider {
   size_t ngoldens;
   struct warmup_ent *warmups; /* the pools' warmup argv, by key hash */
   size_t nwarmups;
-#ifdef SBX_HAVE_DRIVER
   sbx_driver *drv;
   char goldens_dir[PATH_MAX], run_dir[PATH_MAX], silkd[PATH_MAX];
-#endif
 };
 
 struct inst {
   char name[SBX_POOL_NAME_MAX];
-#ifdef SBX_HAVE_DRIVER
   sbx_instance *di;
-#endif
   uint64_t oom_base; /* the cgroup's OOM kills when it was made or adopted */
 };
 
@@ -102,7 +94,6 @@ void provider_set_warmup(struct provider *p, const sbx_pool_key *key, char *cons
   pthread_mutex_unlock(&p->mu);
 }
 
-#ifdef SBX_HAVE_DRIVER
 static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *err) {
   char hash[33], rnd[13];
   key_hash(key, hash);
@@ -112,7 +103,6 @@ static int make_name(const sbx_pool_key *key, char *out, size_t len, sbx_error *
   return 0;
 }
 
-#endif
 
 /* ---- shared ---- */
 
@@ -121,13 +111,12 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
   pthread_mutex_init(&p->mu, NULL);
   pthread_mutex_init(&p->build_mu, NULL);
   int rc;
-#ifdef SBX_HAVE_DRIVER
-  snprintf(p->goldens_dir, sizeof p->goldens_dir, "%s/goldens", cfg->data_dir);
-  snprintf(p->run_dir, sizeof p->run_dir, "%s/run", cfg->data_dir);
+  if ((rc = sbxi_path_fmt(p->goldens_dir, sizeof p->goldens_dir, err, "%s/goldens", cfg->data_dir)) < 0) goto fail;
+  if ((rc = sbxi_path_fmt(p->run_dir, sizeof p->run_dir, err, "%s/run", cfg->data_dir)) < 0) goto fail;
   if ((rc = sbxi_mkdir_p(p->goldens_dir, 0755, err)) < 0 || (rc = sbxi_mkdir_p(p->run_dir, 0755, err)) < 0) goto fail;
   const char *silkd = getenv("SANDBOXD_SILKD");
   if (silkd) {
-    snprintf(p->silkd, sizeof p->silkd, "%s", silkd);
+    if ((rc = sbxi_path_fmt(p->silkd, sizeof p->silkd, err, "%s", silkd)) < 0) goto fail;
   } else {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -135,7 +124,7 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
     exe[n] = '\0';
     char *slash = strrchr(exe, '/');
     if (slash) *slash = '\0';
-    snprintf(p->silkd, sizeof p->silkd, "%s/silkd", exe);
+    if ((rc = sbxi_path_fmt(p->silkd, sizeof p->silkd, err, "%s/silkd", exe)) < 0) goto fail;
   }
   sbx_driver_config dc = {.struct_size = sizeof dc,
                           .templates_dir = cfg->templates_dir,
@@ -156,11 +145,6 @@ int provider_open(const struct config *cfg, struct provider **out, sbx_error *er
   if (rc < 0) goto fail;
   *out = p;
   return 0;
-#else
-  rc = sbx_err(err, SBX_E_UNSUPPORTED, "driver %s: this build has no drivers yet (libsandbox/driver is not built in)",
-               cfg->driver);
-  goto fail;
-#endif
 fail:
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->build_mu);
@@ -170,13 +154,11 @@ fail:
 
 void provider_close(struct provider *p) {
   if (!p) return;
-#ifdef SBX_HAVE_DRIVER
   for (size_t i = 0; i < p->ngoldens; i++) {
     if (p->goldens[i].g) sbx_golden_release(p->drv, p->goldens[i].g);
     if (p->goldens[i].t) sbx_template_release(p->drv, p->goldens[i].t);
   }
   if (p->drv) sbx_driver_close(p->drv);
-#endif
   sbx_free(p->goldens);
   for (size_t i = 0; i < p->nwarmups; i++) free_argv(p->warmups[i].argv);
   sbx_free(p->warmups);
@@ -186,11 +168,7 @@ void provider_close(struct provider *p) {
 }
 
 const char *provider_name(const struct provider *p) {
-#ifdef SBX_HAVE_DRIVER
   return sbx_driver_name(p->drv);
-#else
-  return "none";
-#endif
 }
 
 static struct golden_ent *golden_find(struct provider *p, const char *hash) {
@@ -219,7 +197,6 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
   if (have && !cold) have->cold = false;
   pthread_mutex_unlock(&p->mu);
   if (have) return 0;
-#ifdef SBX_HAVE_DRIVER
   pthread_mutex_lock(&p->build_mu);
   pthread_mutex_lock(&p->mu);
   have = golden_find(p, hash);
@@ -264,9 +241,6 @@ static int prepare_key(struct provider *p, const sbx_pool_key *key, bool cold, s
   pthread_mutex_unlock(&p->mu);
   pthread_mutex_unlock(&p->build_mu);
   return 0;
-#else
-  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
-#endif
 }
 
 static int op_prepare(void *ud, const sbx_pool_key *key, sbx_error *err) {
@@ -297,7 +271,6 @@ static void inst_worker_priority(pid_t pid) {
   if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) sched_setaffinity(pid, sizeof cpus, &cpus);
 }
 
-#ifdef SBX_HAVE_DRIVER
 /* OOM kills counted so far, so that a later death is called an OOM kill
  * only for a new one. Read here, on a worker or at adoption, to keep the
  * cgroup reads off the claim path. */
@@ -306,13 +279,11 @@ static void note_oom_base(struct inst *s) {
   sbx_error err;
   if (sbx_sandbox_stats(s->di, &st, &err) == 0) s->oom_base = st.oom_kills;
 }
-#endif
 
 static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **out, sbx_error *err) {
   struct provider *p = ud;
   int rc = prepare_key(p, key, true, err);
   if (rc < 0) return rc;
-#ifdef SBX_HAVE_DRIVER
   struct inst *s = sbx_calloc(1, sizeof *s);
   rc = make_name(key, s->name, sizeof s->name, err);
   if (rc < 0) {
@@ -340,16 +311,10 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
   note_oom_base(s);
   *out = s;
   return 0;
-#else
-  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
-#endif
 }
 
 static void op_destroy(void *ud, void *inst) {
-  struct provider *p = ud;
   struct inst *s = inst;
-  (void)p;
-#ifdef SBX_HAVE_DRIVER
   if (s->di) {
     sbx_error err;
     pid_t init = sbx_instance_pid(s->di);
@@ -357,7 +322,6 @@ static void op_destroy(void *ud, void *inst) {
     if (init > 0 && inst_alive(s)) inst_worker_priority(init);
     if (sbx_sandbox_destroy(s->di, &err) < 0) sbx_warn("destroy %s: %s", s->name, err.msg);
   }
-#endif
   sbx_free(s);
 }
 
@@ -369,7 +333,6 @@ static struct inst **kept;
 static size_t nkept;
 
 void inst_forget(struct inst *s) {
-#ifdef SBX_HAVE_DRIVER
   if (s->di) {
     pthread_mutex_lock(&kept_mu);
     kept = sbx_reallocarray(kept, nkept + 1, sizeof *kept);
@@ -377,7 +340,6 @@ void inst_forget(struct inst *s) {
     pthread_mutex_unlock(&kept_mu);
     return;
   }
-#endif
   sbx_free(s);
 }
 
@@ -394,28 +356,19 @@ sbx_pool_provider provider_pool_ops(struct provider *p) {
 /* ---- pid 1 ---- */
 
 int inst_watch_fd(struct inst *s) {
-#ifdef SBX_HAVE_DRIVER
   int fd = s->di ? sbx_instance_pidfd(s->di) : -1;
   if (fd < 0) return -1;
   /* A copy: the watch may outlive the driver's during a destroy. */
   return fcntl(fd, F_DUPFD_CLOEXEC, 0);
-#else
-  return -1;
-#endif
 }
 
 bool inst_alive(struct inst *s) {
-#ifdef SBX_HAVE_DRIVER
   int fd = s->di ? sbx_instance_pidfd(s->di) : -1;
   if (fd < 0) return true;
   struct pollfd p = {fd, POLLIN, 0};
   return poll(&p, 1, 0) == 0;
-#else
-  return true;
-#endif
 }
 
-#ifdef SBX_HAVE_DRIVER
 /* PIDFD_GET_INFO (Linux 6.13; the exit status since 6.15), for a pid 1
  * that is not our child (adopted after a restart), whose status went to
  * its reaper. The headers here may predate it. */
@@ -434,13 +387,11 @@ static int pidfd_exit_code(int fd) {
   int st = info.exit_code;
   return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
 }
-#endif
 
 void inst_death(struct inst *s, char *reason, size_t len, char *cause, size_t clen) {
   int code = -1;
   uint64_t ooms = 0;
   const char *who = "pid 1";
-#ifdef SBX_HAVE_DRIVER
   if (s->di) {
     sbx_error err;
     sbx_stats st;
@@ -451,7 +402,6 @@ void inst_death(struct inst *s, char *reason, size_t len, char *cause, size_t cl
     if (code < 0) code = pidfd_exit_code(sbx_instance_pidfd(s->di));
     if (sbx_instance_pid(s->di) == 0) who = "the VM process";
   }
-#endif
   if (code > 128 && code - 128 == SIGKILL && ooms > s->oom_base) {
     snprintf(cause, clen, "oom");
     snprintf(reason, len, "%s killed by OOM (signal 9; the memory cgroup counted %llu OOM kill(s))", who,
@@ -469,16 +419,12 @@ void inst_death(struct inst *s, char *reason, size_t len, char *cause, size_t cl
 }
 
 int inst_connect(struct inst *s, int *fd, sbx_error *err) {
-#ifdef SBX_HAVE_DRIVER
   if (s->di) return sbx_sandbox_connect(s->di, fd, err);
-#endif
-  (void)fd;
   return sbx_err(err, SBX_E_UNSUPPORTED, "%s has no agent channel", s->name);
 }
 
 int inst_stats(struct inst *s, struct inst_stats *out, sbx_error *err) {
   memset(out, 0, sizeof *out);
-#ifdef SBX_HAVE_DRIVER
   if (s->di) {
     sbx_stats st;
     int rc = sbx_sandbox_stats(s->di, &st, err);
@@ -486,11 +432,9 @@ int inst_stats(struct inst *s, struct inst_stats *out, sbx_error *err) {
     out->mem_used = st.mem_bytes;
     out->measured = true;
   }
-#endif
   return 0;
 }
 
-#ifdef SBX_HAVE_DRIVER
 struct rec_ctx {
   provider_keep_fn keep;
   provider_adopt_fn adopted;
@@ -507,14 +451,9 @@ static bool rec_cb(void *ud, const sbx_found *found, sbx_instance *adopted) {
   c->adopted(c->ud, s->name, s);
   return true;
 }
-#endif
 
 int provider_reconcile(struct provider *p, provider_keep_fn keep, provider_adopt_fn adopted, void *ud,
                        sbx_error *err) {
-#ifdef SBX_HAVE_DRIVER
   struct rec_ctx c = {keep, adopted, ud};
   return sbx_driver_reconcile(p->drv, rec_cb, &c, err);
-#else
-  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
-#endif
 }

@@ -136,7 +136,7 @@ void router_handle(struct http_req *req, void *arg);
  * token would fail, before its body is read. */
 bool router_head(struct http_req *req, void *arg);
 
-/* ---- handlers.c ---- */
+/* ---- claims.c ---- */
 void h_claim(struct sbxd *d, struct http_req *req);
 void h_release(struct sbxd *d, struct http_req *req, const char *id);
 void h_renew(struct sbxd *d, struct http_req *req, const char *id);
@@ -144,6 +144,13 @@ void h_list(struct sbxd *d, struct http_req *req);
 void h_get(struct sbxd *d, struct http_req *req, const char *id);
 void h_stats(struct sbxd *d, struct http_req *req, const char *id);
 void h_owner(struct sbxd *d, struct http_req *req, const char *id);
+/* Remove a lease: journalled (del record and usage event ev), then relays
+ * closed and the instance destroyed. -1 with nothing changed when the
+ * journal refuses it. */
+int lease_end(struct sbxd *d, sbx_lease *l, const char *ev, sbx_error *err);
+void reap_tick(struct sbxd *d);
+
+/* ---- admin.c ---- */
 void h_info(struct sbxd *d, struct http_req *req);
 void h_pools(struct sbxd *d, struct http_req *req);
 void h_drain(struct sbxd *d, struct http_req *req, bool on);
@@ -151,15 +158,12 @@ void h_peers(struct sbxd *d, struct http_req *req);
 void h_volumes(struct sbxd *d, struct http_req *req);
 void h_metrics(struct sbxd *d, struct http_req *req);
 json_t *node_info(struct sbxd *d);
-/* Remove a lease: journalled (del record and usage event ev), then relays
- * closed and the instance destroyed. -1 with nothing changed when the
- * journal refuses it. */
-int lease_end(struct sbxd *d, sbx_lease *l, const char *ev, sbx_error *err);
-void reap_tick(struct sbxd *d);
-/* Arm the deferred refill kick the pool manager asked for, if any. */
-void arm_kick(struct sbxd *d);
 int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err); /* takes p */
 int recover(struct sbxd *d, sbx_error *err);
+
+/* ---- main.c ---- */
+/* Arm the deferred refill kick the pool manager asked for, if any. */
+void arm_kick(struct sbxd *d);
 
 /* ---- watch.c ---- */
 /* Watch a claimed sandbox's pid 1: its death marks the lease failed. */

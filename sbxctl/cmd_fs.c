@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "remote.h"
+#include "core/path.h"
 
 /* "ID:/path" -> id and path (pointing into a copy). Local paths have no
  * colon before their first slash. */
@@ -33,17 +34,17 @@ static int simple_opts(rctx *r, int argc, char **argv, const char *cmd) {
   return -1;
 }
 
-/* the last path component, ignoring trailing slashes */
-static void base_of(const char *p, char *out, size_t n) {
+/* the last path component, ignoring trailing slashes; < 0 when too long */
+static int base_of(const char *p, char *out, size_t n) {
   char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s", p);
-  snprintf(out, n, "%s", basename(tmp));
+  if (sbxi_path_fmt(tmp, sizeof tmp, NULL, "%s", p) < 0) return -1;
+  return sbxi_path_fmt(out, n, NULL, "%s", basename(tmp));
 }
 
-static void dir_of(const char *p, char *out, size_t n) {
+static int dir_of(const char *p, char *out, size_t n) {
   char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s", p);
-  snprintf(out, n, "%s", dirname(tmp));
+  if (sbxi_path_fmt(tmp, sizeof tmp, NULL, "%s", p) < 0) return -1;
+  return sbxi_path_fmt(out, n, NULL, "%s", dirname(tmp));
 }
 
 static int cp_up(sbx_sandbox *s, const char *local, const char *rpath) {
@@ -67,12 +68,12 @@ static int cp_up(sbx_sandbox *s, const char *local, const char *rpath) {
   }
   /* a tree under a new name: push next to it, then rename into place */
   char rdir[PATH_MAX], rbase[PATH_MAX], lbase[PATH_MAX], from[PATH_MAX * 2];
-  dir_of(rpath, rdir, sizeof rdir);
-  base_of(rpath, rbase, sizeof rbase);
-  base_of(local, lbase, sizeof lbase);
+  if (dir_of(rpath, rdir, sizeof rdir) < 0 || base_of(rpath, rbase, sizeof rbase) < 0 ||
+      base_of(local, lbase, sizeof lbase) < 0)
+    return rfail("cp: path too long");
   if (sbx_sandbox_push_path(s, local, rdir, &err) < 0) return rfail_err("cp", &err);
   if (strcmp(rbase, lbase) != 0) {
-    snprintf(from, sizeof from, "%s/%s", rdir, lbase);
+    if (sbxi_path_fmt(from, sizeof from, NULL, "%s/%s", rdir, lbase) < 0) return rfail("cp: path too long");
     if (sbx_sandbox_rename(s, from, rpath, &err) < 0) return rfail_err("cp", &err);
   }
   return 0;
@@ -100,23 +101,23 @@ static int cp_down(sbx_sandbox *s, const char *rpath, const char *local) {
     return 0;
   }
   char ldir[PATH_MAX], lbase[PATH_MAX], rbase[PATH_MAX], from[PATH_MAX * 2];
-  dir_of(local, ldir, sizeof ldir);
-  base_of(local, lbase, sizeof lbase);
-  base_of(rpath, rbase, sizeof rbase);
+  if (dir_of(local, ldir, sizeof ldir) < 0 || base_of(local, lbase, sizeof lbase) < 0 ||
+      base_of(rpath, rbase, sizeof rbase) < 0)
+    return rfail("cp: path too long");
   if (strcmp(lbase, rbase) == 0) {
     if (sbx_sandbox_pull_path(s, rpath, ldir, &err) < 0) return rfail_err("cp", &err);
     return 0;
   }
   /* a tree under a new name: unpack into a private directory beside it, then rename */
   char tmpl[PATH_MAX * 2];
-  snprintf(tmpl, sizeof tmpl, "%s/.sbxctl-cp-XXXXXX", ldir);
+  if (sbxi_path_fmt(tmpl, sizeof tmpl, NULL, "%s/.sbxctl-cp-XXXXXX", ldir) < 0) return rfail("cp: path too long");
   if (!mkdtemp(tmpl)) return rfail("cp: %s: %s", ldir, strerror(errno));
   int rc = 0;
   if (sbx_sandbox_pull_path(s, rpath, tmpl, &err) < 0) {
     rc = rfail_err("cp", &err);
   } else {
-    snprintf(from, sizeof from, "%s/%s", tmpl, rbase);
-    if (rename(from, local) < 0) rc = rfail("cp: %s: %s", local, strerror(errno));
+    if (sbxi_path_fmt(from, sizeof from, NULL, "%s/%s", tmpl, rbase) < 0) rc = rfail("cp: path too long");
+    else if (rename(from, local) < 0) rc = rfail("cp: %s: %s", local, strerror(errno));
   }
   /* empty after a success; after a failure it keeps what was unpacked, for the user to inspect */
   if (rmdir(tmpl) < 0 && rc == 0) rc = rfail("cp: %s: %s", tmpl, strerror(errno));

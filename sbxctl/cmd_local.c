@@ -15,6 +15,7 @@
 #include "../libsandbox/core/env.h"
 #include "util/util.h"
 #include "local.h"
+#include "core/path.h"
 
 #define EXIT_USAGE 2
 #define EXIT_SETUP 125 /* as env(1) and container runtimes: not ARGV's code */
@@ -107,9 +108,11 @@ static int local_run(int argc, char **argv) {
   const char *state = getenv("SBX_STATE_DIR");
   if (!state || !*state) state = LOCAL_STATE_DIR;
   char tdir[PATH_MAX], gdir[PATH_MAX], silkd[PATH_MAX];
-  snprintf(tdir, sizeof tdir, "%s/templates", state);
+  sbx_error perr;
   /* Not sandboxd's goldens/: its reconcile owns what is in there. */
-  snprintf(gdir, sizeof gdir, "%s/goldens-local", state);
+  if (sbxi_path_fmt(tdir, sizeof tdir, &perr, "%s/templates", state) < 0 ||
+      sbxi_path_fmt(gdir, sizeof gdir, &perr, "%s/goldens-local", state) < 0)
+    return fail("SBX_STATE_DIR", &perr);
   sbx_driver_config cfg = SBX_DRIVER_CONFIG_INIT(
       .templates_dir = tdir,
       .goldens_dir = gdir,

@@ -38,7 +38,7 @@ int cmd_claim(rctx *r, int argc, char **argv) {
   }
   if (argc - optind > 1) return rusage("claim");
   if (optind < argc) co.template_ = argv[optind];
-  sbx_client *cl;
+  sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;
   sbx_sandbox *s;
   sbx_error err;
@@ -130,7 +130,7 @@ int cmd_ls(rctx *r, int argc, char **argv) {
     }
   }
   if (optind != argc) return rusage("ls");
-  sbx_client *cl;
+  sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;
   sbx_sandbox_row *rows = NULL;
   size_t n = 0;
@@ -169,7 +169,7 @@ static void print_node(const sbx_node_info *ni, bool json) {
 int cmd_info(rctx *r, int argc, char **argv) {
   int rc = ids_only(r, argc, argv, "info", 0, 1);
   if (rc >= 0) return rc;
-  sbx_client *cl;
+  sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;
   sbx_error err;
   if (optind < argc) {
@@ -204,7 +204,7 @@ int cmd_pools(rctx *r, int argc, char **argv) {
   if (rc >= 0) return rc;
   int n = argc - optind;
   const char *sub = n > 0 ? argv[optind] : "show";
-  sbx_client *cl;
+  sbx_client *cl = NULL;
   sbx_error err;
   sbx_node_info ni;
   if (strcmp(sub, "show") == 0 && n <= 1) {
@@ -250,7 +250,7 @@ static int drain_cmd(rctx *r, int argc, char **argv, bool on) {
   const char *name = on ? "drain" : "uncordon";
   int rc = ids_only(r, argc, argv, name, 0, 0);
   if (rc >= 0) return rc;
-  sbx_client *cl;
+  sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;
   sbx_node_info ni;
   sbx_error err;

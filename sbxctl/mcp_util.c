@@ -116,8 +116,8 @@ void mcp_explain(const char *what, const char *id, sbx_error *err) {
     hint = " (this sandboxd does not implement that verb yet)";
   else if (err->code == SBX_E_OS || (err->code == SBX_E_TIMEOUT && k != SBX_CLIENT_ERR_API))
     hint = " (sandboxd or the sandbox did not answer; check that sandboxd runs and the sandbox exists)";
-  if (id)
-    snprintf(err->msg, sizeof err->msg, "%s %s failed: %s%s", what, id, orig, hint);
-  else
-    snprintf(err->msg, sizeof err->msg, "%s failed: %s%s", what, orig, hint);
+  /* A message too long for err->msg is cut at its end. */
+  int n = id ? snprintf(err->msg, sizeof err->msg, "%s %s failed: %s%s", what, id, orig, hint)
+             : snprintf(err->msg, sizeof err->msg, "%s failed: %s%s", what, orig, hint);
+  if (n < 0) err->msg[0] = '\0';
 }

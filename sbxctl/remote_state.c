@@ -15,15 +15,16 @@
 #include <jansson.h>
 
 #include "remote.h"
+#include "core/path.h"
 
 static int state_path(char *path, size_t n, bool create_dir) {
   const char *xdg = getenv("XDG_STATE_HOME");
   const char *home = getenv("HOME");
   char dir[PATH_MAX];
   if (xdg && *xdg) {
-    snprintf(dir, sizeof dir, "%s/sbxctl", xdg);
+    if (sbxi_path_fmt(dir, sizeof dir, NULL, "%s/sbxctl", xdg) < 0) return -1;
   } else if (home && *home) {
-    snprintf(dir, sizeof dir, "%s/.local/state/sbxctl", home);
+    if (sbxi_path_fmt(dir, sizeof dir, NULL, "%s/.local/state/sbxctl", home) < 0) return -1;
   } else {
     return -1;
   }
@@ -36,8 +37,7 @@ static int state_path(char *path, size_t n, bool create_dir) {
     }
     if (mkdir(dir, 0700) < 0 && errno != EEXIST) return -1;
   }
-  snprintf(path, n, "%s/tokens.json", dir);
-  return 0;
+  return sbxi_path_fmt(path, n, NULL, "%s/tokens.json", dir) < 0 ? -1 : 0;
 }
 
 static json_t *state_load(void) {
@@ -54,7 +54,7 @@ static json_t *state_load(void) {
 static int state_store(json_t *j) {
   char path[PATH_MAX], tmp[PATH_MAX + 32];
   if (state_path(path, sizeof path, true) < 0) return -1;
-  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+  if (sbxi_path_fmt(tmp, sizeof tmp, NULL, "%s.%d.tmp", path, (int)getpid()) < 0) return -1;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
   int rc = json_dumpfd(j, fd, JSON_INDENT(1) | JSON_SORT_KEYS);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "silkd.h"
+#include "core/path.h"
 
 int set_nonblock(int fd) {
   int fl = fcntl(fd, F_GETFL);
@@ -118,8 +119,7 @@ static bool net_has_nic(void) {
       if (de->d_name[0] == '.') continue;
       char p[512];
       struct stat st;
-      snprintf(p, sizeof p, "%s/device", de->d_name);
-      if (fstatat(dfd, p, &st, 0) == 0) has_nic = 1;
+      if (sbxi_path_fmt(p, sizeof p, NULL, "%s/device", de->d_name) == 0 && fstatat(dfd, p, &st, 0) == 0) has_nic = 1;
     }
     closedir(d);
   }

@@ -34,6 +34,7 @@ typedef enum sbx_code {
   SBX_E_REMOTE = -12,     /* the remote side answered with an error */
   SBX_E_AUTH = -13,
   SBX_E_INTERNAL = -14,
+  SBX_E_NAMETOOLONG = -15, /* a path or name built from parts exceeds its buffer */
 } sbx_code;
 
 typedef struct sbx_error {

@@ -79,9 +79,9 @@ int sbx_client_sandboxes(sbx_client *c, const char *claim_ref, sbx_sandbox_row *
 int sbx_client_sandbox_info(sbx_client *c, const char *id, sbx_sandbox_row *row, char **json, sbx_error *err) {
   int rc = sbx_client_check_header_value("sandbox id", id, id ? strlen(id) : 0, err);
   if (rc < 0) return rc;
+  if (strchr(id, '/') || strchr(id, '?') || strlen(id) > 100) return sbx_err(err, SBX_E_INVAL, "bad sandbox id");
   char path[160];
   snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
-  if (strchr(id, '/') || strchr(id, '?') || strlen(id) > 100) return sbx_err(err, SBX_E_INVAL, "bad sandbox id");
   sbx_buf resp = SBX_BUF_INIT(CLIENT_BODY_CAP);
   rc = http_call(c, &c->entry, "info", "GET", path, NULL, c->token, c->request_timeout_ms, &resp, err);
   json_t *j = rc == 0 ? load(&resp, "info", err) : NULL;

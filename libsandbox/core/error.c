@@ -48,7 +48,8 @@ int sbx_err_wrap(sbx_error *err, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(old, err->msg, sizeof old);
-  snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+  /* Cut at the end when both do not fit: the start says what failed. */
+  if (snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old) < 0) err->msg[0] = '\0';
   return err->code;
 }
 
@@ -78,6 +79,7 @@ const char *sbx_code_name(int code) {
   case SBX_E_REMOTE: return "remote";
   case SBX_E_AUTH: return "auth";
   case SBX_E_INTERNAL: return "internal";
+  case SBX_E_NAMETOOLONG: return "name_too_long";
   default: return "unknown";
   }
 }

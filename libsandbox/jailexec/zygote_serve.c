@@ -143,8 +143,12 @@ static bool start_clean(void) {
 }
 
 /* One request: its length, and its fds in ZFD order (-1: not sent). < 0
- * on a malformed one (its fds closed); 0 at the end of the stream. */
+ * on a malformed one (its fds closed); 0 at the end of the stream. fds is
+ * all -1 on every return that received none, so the caller's close loop
+ * never closes a descriptor it does not own (recvmsg may fail with EPROTO,
+ * which the caller treats as a malformed request). */
 static ssize_t recv_req(int fd, int fds[ZFD_COUNT]) {
+  for (int i = 0; i < ZFD_COUNT; i++) fds[i] = -1;
   union {
     struct cmsghdr c;
     char buf[CMSG_SPACE(ZFD_COUNT * sizeof(int))];

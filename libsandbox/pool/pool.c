@@ -288,7 +288,7 @@ static void refill_done(void *arg, bool cancelled) {
     if (capacity_error(j->err.msg)) {
       m->at_capacity = true;
       m->parked_until_ns = j->ended_ns + PARK_NS;
-      snprintf(m->capacity_reason, sizeof m->capacity_reason, "%s", j->err.msg);
+      snprintf(m->capacity_reason, sizeof m->capacity_reason, "%.*s", (int)sizeof m->capacity_reason - 1, j->err.msg);
     }
   }
   sbx_free(j);

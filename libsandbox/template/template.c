@@ -15,6 +15,7 @@
 
 #include "layers.h"
 #include "util/util.h"
+#include "core/path.h"
 
 void sbxi_layers_free(sbx_layers *l) {
   for (size_t i = 0; i < l->npoints; i++)
@@ -57,7 +58,7 @@ static const char *const etc_masks[] = {"shadow", "shadow-", "gshadow", "gshadow
 
 static int whiteout(const char *layer, const char *rel, sbx_error *err) {
   char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s", layer, rel);
+  if (sbxi_path_fmt(path, sizeof path, err, "%s/%s", layer, rel) < 0) return SBX_E_NAMETOOLONG;
   char *slash = strrchr(path, '/');
   *slash = '\0';
   int rc = sbxi_mkdir_p(path, 0755, err);
@@ -72,29 +73,29 @@ static int build_host_dir(const char *dir, sbx_error *err) {
   char path[PATH_MAX];
   int rc;
   for (size_t i = 0; i < sizeof skel_dirs / sizeof skel_dirs[0]; i++) {
-    snprintf(path, sizeof path, "%s/skel/%s", dir, skel_dirs[i]);
+    if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/skel/%s", dir, skel_dirs[i])) < 0) return rc;
     if ((rc = sbxi_mkdir_p(path, 0755, err)) < 0) return rc;
   }
-  snprintf(path, sizeof path, "%s/skel/tmp", dir);
+  if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/skel/tmp", dir)) < 0) return rc;
   chmod(path, 01777);
-  snprintf(path, sizeof path, "%s/skel/var/tmp", dir);
+  if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/skel/var/tmp", dir)) < 0) return rc;
   chmod(path, 01777);
-  snprintf(path, sizeof path, "%s/skel/root", dir);
+  if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/skel/root", dir)) < 0) return rc;
   chmod(path, 0700);
   for (size_t i = 0; i < sizeof usr_links / sizeof usr_links[0]; i++) {
     char host[32], target[PATH_MAX];
-    snprintf(host, sizeof host, "/%s", usr_links[i]);
+    if ((rc = sbxi_path_fmt(host, sizeof host, err, "/%s", usr_links[i])) < 0) return rc;
     ssize_t n = readlink(host, target, sizeof target - 1);
     if (n < 0) continue; /* absent, or a real directory: handled as a point */
     target[n] = '\0';
-    snprintf(path, sizeof path, "%s/skel/%s", dir, usr_links[i]);
+    if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/skel/%s", dir, usr_links[i])) < 0) return rc;
     if (symlink(target, path) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "symlink %s", path);
   }
-  snprintf(path, sizeof path, "%s/mask-etc", dir);
+  if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/mask-etc", dir)) < 0) return rc;
   if ((rc = sbxi_mkdir_p(path, 0755, err)) < 0) return rc;
   for (size_t i = 0; etc_masks[i]; i++) {
     char pat[PATH_MAX];
-    snprintf(pat, sizeof pat, "/etc/%s", etc_masks[i]);
+    if ((rc = sbxi_path_fmt(pat, sizeof pat, err, "/etc/%s", etc_masks[i])) < 0) return rc;
     glob_t g;
     if (glob(pat, GLOB_NOSORT, NULL, &g) != 0) continue;
     for (size_t j = 0; j < g.gl_pathc && rc == 0; j++) rc = whiteout(path, g.gl_pathv[j] + 5, err);
@@ -107,24 +108,25 @@ static int build_host_dir(const char *dir, sbx_error *err) {
 int sbxi_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err) {
   memset(out, 0, sizeof *out);
   char dir[PATH_MAX], ready[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s/host", templates_dir);
-  snprintf(ready, sizeof ready, "%s/.ready", dir);
-  int rc = sbxi_mkdir_p(templates_dir, 0755, err);
-  if (rc < 0) return rc;
+  int rc;
+  if ((rc = sbxi_path_fmt(dir, sizeof dir, err, "%s/host", templates_dir)) < 0) return rc;
+  if ((rc = sbxi_path_fmt(ready, sizeof ready, err, "%s/.ready", dir)) < 0) return rc;
+  if ((rc = sbxi_mkdir_p(templates_dir, 0755, err)) < 0) return rc;
   if (access(ready, F_OK) != 0) {
     /* Built beside and renamed into place, so a crash or a concurrent
      * prepare never leaves half a template behind. */
     char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s/.host.tmp.%d", templates_dir, (int)getpid());
+    if ((rc = sbxi_path_fmt(tmp, sizeof tmp, err, "%s/.host.tmp.%d", templates_dir, (int)getpid())) < 0) return rc;
     int tfd = open(templates_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (tfd < 0) return sbx_err_os(err, errno, "open %s", templates_dir);
     sbxi_rm_rf_at(tfd, strrchr(tmp, '/') + 1, NULL);
     if ((rc = build_host_dir(tmp, err)) == 0) {
       char r[PATH_MAX];
-      snprintf(r, sizeof r, "%s/.ready", tmp);
-      int fd = open(r, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      int fd = (rc = sbxi_path_fmt(r, sizeof r, err, "%s/.ready", tmp)) < 0
+                   ? -1
+                   : open(r, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
       if (fd >= 0) close(fd);
-      if (rename(tmp, dir) < 0 && errno != EEXIST && errno != ENOTEMPTY)
+      if (rc == 0 && rename(tmp, dir) < 0 && errno != EEXIST && errno != ENOTEMPTY)
         rc = sbx_err_os(err, errno, "rename %s", tmp);
     }
     sbxi_rm_rf_at(tfd, strrchr(tmp, '/') + 1, NULL);
@@ -133,18 +135,18 @@ int sbxi_tpl_host(const char *templates_dir, sbx_layers *out, sbx_error *err) {
   }
   char path[PATH_MAX];
   if ((rc = add_point(out, "", err)) < 0) goto fail;
-  snprintf(path, sizeof path, "%s/skel", dir);
+  if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/skel", dir)) < 0) goto fail;
   sbxi_layers_push(out, 0, path, err);
   if ((rc = add_point(out, "usr", err)) < 0) goto fail;
   sbxi_layers_push(out, 1, "/usr", err);
   if ((rc = add_point(out, "etc", err)) < 0) goto fail;
   sbxi_layers_push(out, 2, "/etc", err);
-  snprintf(path, sizeof path, "%s/mask-etc", dir);
+  if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/mask-etc", dir)) < 0) goto fail;
   sbxi_layers_push(out, 2, path, err);
   for (size_t i = 0; i < sizeof usr_links / sizeof usr_links[0]; i++) {
     char host[32];
     struct stat st;
-    snprintf(host, sizeof host, "/%s", usr_links[i]);
+    if ((rc = sbxi_path_fmt(host, sizeof host, err, "/%s", usr_links[i])) < 0) goto fail;
     if (lstat(host, &st) < 0 || !S_ISDIR(st.st_mode)) continue;
     if ((rc = add_point(out, usr_links[i], err)) < 0) goto fail;
     sbxi_layers_push(out, out->npoints - 1, host, err);
@@ -174,8 +176,8 @@ int sbxi_tpl_dir(const char *templates_dir, const char *name, const char *path, 
   int rc = sbxi_tpl_check_name(name, err);
   if (rc < 0) return rc;
   char dir[PATH_MAX], root[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s/%s", templates_dir, name);
-  snprintf(root, sizeof root, "%s/rootfs", dir);
+  if ((rc = sbxi_path_fmt(dir, sizeof dir, err, "%s/%s", templates_dir, name)) < 0) return rc;
+  if ((rc = sbxi_path_fmt(root, sizeof root, err, "%s/rootfs", dir)) < 0) return rc;
   if (path) {
     char real[PATH_MAX];
     if (!realpath(path, real)) return sbx_err_os(err, errno, "template root %s", path);
@@ -184,14 +186,14 @@ int sbxi_tpl_dir(const char *templates_dir, const char *name, const char *path, 
     if ((rc = sbxi_mkdir_p(dir, 0755, err)) < 0) return rc;
     unlink(root);
     if (symlink(real, root) < 0) return sbx_err_os(err, errno, "register %s", root);
-    snprintf(root, sizeof root, "%s", real);
+    memcpy(root, real, sizeof root); /* both PATH_MAX */
   } else {
     char real[PATH_MAX];
     if (!realpath(root, real)) {
       if (errno == ENOENT) return sbx_err(err, SBX_E_NOTFOUND, "no template \"%s\"", name);
       return sbx_err_os(err, errno, "template %s", root);
     }
-    snprintf(root, sizeof root, "%s", real);
+    memcpy(root, real, sizeof root); /* both PATH_MAX */
   }
   add_point(out, "", err);
   sbxi_layers_push(out, 0, root, err);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/path.h"
 #include "fuzz_util.h"
 #include "silkd.h"
 #include "tar.h"
@@ -44,8 +45,8 @@ static int count_entries(const char *dir) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char stage[4096], fence[4096];
-  snprintf(stage, sizeof stage, "%s/stage", fuzz_tmpdir());
-  snprintf(fence, sizeof fence, "%s/fence", fuzz_tmpdir());
+  FUZZ_CHECK(sbxi_path_fmt(stage, sizeof stage, NULL, "%s/stage", fuzz_tmpdir()) == 0, "stage path too long");
+  FUZZ_CHECK(sbxi_path_fmt(fence, sizeof fence, NULL, "%s/fence", fuzz_tmpdir()) == 0, "fence path too long");
   if (mkdir(fence, 0755) < 0) FUZZ_CHECK(errno == EEXIST, "mkdir %s: %s", fence, strerror(errno));
   FUZZ_CHECK(mkdir(stage, 0755) == 0, "mkdir %s: %s", stage, strerror(errno));
 

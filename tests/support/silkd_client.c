@@ -1,6 +1,8 @@
 /* silkd_client.c - the silkd test client (see silkd_client.h). */
 #include "silkd_client.h"
 
+#include "core/path.h"
+
 const char *sc_bin_dir = SBX_BUILD_BIN_DIR;
 
 int sc_rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
@@ -13,8 +15,8 @@ void sc_rmrf(const char *path) { nftw(path, sc_rm_cb, 64, FTW_DEPTH | FTW_PHYS);
 int sc_try_connect(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+  if (sbxi_path_fmt(sa.sun_path, sizeof sa.sun_path, NULL, "%s", path) < 0 ||
+      connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
     close(fd);
     return -1;
   }
@@ -26,7 +28,7 @@ int silkd_start(silkd_srv *s) {
   if (!mkdtemp(s->dir)) return -1;
   snprintf(s->sock, sizeof s->sock, "%s/silkd.sock", s->dir);
   char bin[512], listen[400], log[300];
-  snprintf(bin, sizeof bin, "%s/silkd", sc_bin_dir);
+  if (sbxi_path_fmt(bin, sizeof bin, NULL, "%s/silkd", sc_bin_dir) < 0) return -1;
   snprintf(listen, sizeof listen, "unix:%s", s->sock);
   snprintf(log, sizeof log, "%s/silkd.log", s->dir);
   s->pid = fork();

@@ -47,7 +47,7 @@ static const char *dir_of(const jail_cgroup *cg, int ctl) { return cg->v2 ? cg->
 
 static int write_at(const char *dir, const char *id, const char *file, const char *val, sbx_error *err) {
   char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s/%s", dir, id, file);
+  if (sbxi_path_fmt(path, sizeof path, err, "%s/%s/%s", dir, id, file) < 0) return SBX_E_NAMETOOLONG;
   int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return sbx_err_os(err, errno, "open %s", path);
   size_t n = strlen(val);
@@ -60,7 +60,7 @@ static int write_at(const char *dir, const char *id, const char *file, const cha
 
 static int read_at(const char *dir, const char *id, const char *file, char *buf, size_t cap) {
   char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s/%s", dir, id, file);
+  if (sbxi_path_fmt(path, sizeof path, NULL, "%s/%s/%s", dir, id, file) < 0) return -ENAMETOOLONG;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -errno;
   ssize_t n = read(fd, buf, cap - 1);
@@ -108,7 +108,10 @@ int jail_cgroup_init(const char *name, jail_cgroup **out, sbx_error *err) {
   struct statfs sf;
   cg->v2 = statfs(ROOT, &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC;
   if (cg->v2) {
-    snprintf(cg->base[0], PATH_MAX, "%s/%s", ROOT, name);
+    if (sbxi_path_fmt(cg->base[0], PATH_MAX, err, "%s/%s", ROOT, name) < 0) {
+      sbx_free(cg);
+      return SBX_E_NAMETOOLONG;
+    }
     if (mkdir(cg->base[0], 0755) < 0 && errno != EEXIST) {
       int e = errno;
       sbx_free(cg);
@@ -126,9 +129,12 @@ int jail_cgroup_init(const char *name, jail_cgroup **out, sbx_error *err) {
     for (int c = 0; c < CTL__COUNT; c++) {
       char root[PATH_MAX];
       struct statfs cs;
-      snprintf(root, sizeof root, "%s/%s", ROOT, ctl_names[c]);
+      if (sbxi_path_fmt(root, sizeof root, NULL, "%s/%s", ROOT, ctl_names[c]) < 0) continue;
       if (statfs(root, &cs) < 0 || cs.f_type != 0x27e0eb /* CGROUP_SUPER_MAGIC */) continue;
-      snprintf(cg->base[c], PATH_MAX, "%s/%s", root, name);
+      if (sbxi_path_fmt(cg->base[c], PATH_MAX, err, "%s/%s", root, name) < 0) {
+        sbx_free(cg);
+        return SBX_E_NAMETOOLONG;
+      }
       if (mkdir(cg->base[c], 0755) < 0 && errno != EEXIST) {
         int e = errno;
         sbx_free(cg);
@@ -150,8 +156,7 @@ void jail_cgroup_free(jail_cgroup *cg) { sbx_free(cg); }
 
 bool jail_cgroup_exists(jail_cgroup *cg, const char *id) {
   char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s", dir_of(cg, CTL_MEMORY), id);
-  return access(path, F_OK) == 0;
+  return sbxi_path_fmt(path, sizeof path, NULL, "%s/%s", dir_of(cg, CTL_MEMORY), id) == 0 && access(path, F_OK) == 0;
 }
 
 int jail_cgroup_create(jail_cgroup *cg, const char *id, const sbx_size_tier *size, sbx_error *err) {
@@ -160,7 +165,7 @@ int jail_cgroup_create(jail_cgroup *cg, const char *id, const sbx_size_tier *siz
   for (int c = 0; c < CTL__COUNT && rc == 0; c++) {
     if (!cg->have[c] || (cg->v2 && c > 0)) continue;
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir_of(cg, c), id);
+    if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/%s", dir_of(cg, c), id)) < 0) break;
     if (mkdir(path, 0755) < 0) rc = sbx_err_os(err, errno, "mkdir %s", path);
   }
   if (rc < 0) goto fail;
@@ -282,7 +287,10 @@ int jail_cgroup_remove(jail_cgroup *cg, const char *id, sbx_error *err) {
   for (int c = 0; c < CTL__COUNT; c++) {
     if (!cg->have[c] || (cg->v2 && c > 0)) continue;
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir_of(cg, c), id);
+    if (sbxi_path_fmt(path, sizeof path, rc == 0 ? err : NULL, "%s/%s", dir_of(cg, c), id) < 0) {
+      rc = SBX_E_NAMETOOLONG;
+      continue;
+    }
     if (c == CTL_FREEZER || cg->v2) {
       /* a frozen task cannot die: thaw before killing */
       if (cg->v2)

@@ -28,8 +28,8 @@ int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   if (rc < 0) goto fail;
   if ((rc = sbxi_mkdir_p(jd->goldens_dir, 0700, err)) < 0) goto fail;
   char final[PATH_MAX], tmp[PATH_MAX], ready[PATH_MAX];
-  snprintf(final, sizeof final, "%s/%s", jd->goldens_dir, spec->key);
-  snprintf(ready, sizeof ready, "%s/.ready", final);
+  if ((rc = sbxi_path_fmt(final, sizeof final, err, "%s/%s", jd->goldens_dir, spec->key)) < 0) goto fail;
+  if ((rc = sbxi_path_fmt(ready, sizeof ready, err, "%s/.ready", final)) < 0) goto fail;
   if (access(ready, F_OK) != 0) {
     /* Built in a temporary sibling and renamed into place (spec §1.6), so
      * a crash never leaves half a golden. */
@@ -44,9 +44,8 @@ int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
     unsigned n = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
     char tname[128];
     snprintf(tname, sizeof tname, ".%s.tmp.%d.%u", spec->key, (int)getpid(), n);
-    snprintf(tmp, sizeof tmp, "%s/%s", jd->goldens_dir, tname);
-    if (mkdir(tmp, 0700) < 0) {
-      rc = sbx_err_os(err, errno, "mkdir %s", tmp);
+    if ((rc = sbxi_path_fmt(tmp, sizeof tmp, err, "%s/%s", jd->goldens_dir, tname)) < 0 || mkdir(tmp, 0700) < 0) {
+      if (rc == 0) rc = sbx_err_os(err, errno, "mkdir %s", tmp);
       close(gfd);
       goto fail;
     }
@@ -91,7 +90,7 @@ int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   }
   for (size_t i = 0; i < g->layers.npoints; i++) {
     char layer[PATH_MAX];
-    snprintf(layer, sizeof layer, "%s/u%zu", final, i);
+    if ((rc = sbxi_path_fmt(layer, sizeof layer, err, "%s/u%zu", final, i)) < 0) goto fail;
     if ((rc = sbxi_layers_push(&g->layers, i, layer, err)) < 0) goto fail;
   }
   *out = g;

@@ -136,10 +136,7 @@ void jail_golden_release(sbx_golden *g) {
 static int sock_path(const jail_driver *jd, const char *id, struct sockaddr_un *sa, sbx_error *err) {
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
-  int n = snprintf(sa->sun_path, sizeof sa->sun_path, "%s/%s/agent.sock", jd->run_dir, id);
-  if (n < 0 || (size_t)n >= sizeof sa->sun_path)
-    return sbx_err(err, SBX_E_TOOBIG, "agent socket path under %s is too long", jd->run_dir);
-  return 0;
+  return sbxi_path_fmt(sa->sun_path, sizeof sa->sun_path, err, "%s/%s/agent.sock", jd->run_dir, id);
 }
 
 void jail_teardown_host(jail_driver *jd, const char *id) {
@@ -205,7 +202,10 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
     return sbx_err_os(err, errno, "mkdir %s/%s", jd->run_dir, id);
   }
   char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s/%s", jd->run_dir, id);
+  if ((rc = sbxi_path_fmt(dir, sizeof dir, err, "%s/%s", jd->run_dir, id)) < 0) {
+    sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
+    return rc;
+  }
   int dfd = openat(jd->run_dirfd, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0 || mkdirat(dfd, "root", 0755) < 0 || mkdirat(dfd, "rw", 0700) < 0) {
     rc = sbx_err_os(err, errno, "mkdir in %s", dir);

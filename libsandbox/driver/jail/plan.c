@@ -113,27 +113,27 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
 
   char base[JAIL_STR_MAX];
   if (a->upper_dir) {
-    snprintf(base, sizeof base, "%s", a->upper_dir);
+    if (sbxi_path_fmt(base, sizeof base, err, "%s", a->upper_dir) < 0) return SBX_E_NAMETOOLONG;
   } else {
     /* The writable layer lives in a tmpfs mounted inside the jail's own
      * mount namespace: it is fast, capped by the tier, charged to the
      * sandbox's memory cgroup, and it vanishes with the namespace, so a
      * crash of the host process cannot leak it. */
-    snprintf(base, sizeof base, "%s/rw", a->sbx_dir);
+    if (sbxi_path_fmt(base, sizeof base, err, "%s/rw", a->sbx_dir) < 0) return SBX_E_NAMETOOLONG;
     ADD(JOP_TMPFS_HOST, base);
     op->flags = MS_NOSUID | MS_NODEV;
     SET(data, JAIL_DATA_MAX, "mode=0700,size=%llu", writable_cap(a->size));
   }
   for (size_t i = 0; i < l->npoints; i++) {
-    snprintf(path, sizeof path, "%s/u%zu", base, i);
+    if (sbxi_path_fmt(path, sizeof path, err, "%s/u%zu", base, i) < 0) return SBX_E_NAMETOOLONG;
     ADD(JOP_MKDIR_HOST, path);
-    snprintf(path, sizeof path, "%s/w%zu", base, i);
+    if (sbxi_path_fmt(path, sizeof path, err, "%s/w%zu", base, i) < 0) return SBX_E_NAMETOOLONG;
     ADD(JOP_MKDIR_HOST, path);
   }
   for (size_t i = 0; i < l->npoints; i++) {
     const sbx_layer_point *pt = &l->pts[i];
     if (i == 0) {
-      snprintf(path, sizeof path, "%s/root", a->sbx_dir);
+      if (sbxi_path_fmt(path, sizeof path, err, "%s/root", a->sbx_dir) < 0) return SBX_E_NAMETOOLONG;
       ADD(JOP_OVERLAY_ROOT, path);
     } else {
       if (strchr(pt->name, '/') || strcmp(pt->name, "..") == 0 || pt->name[0] == '.')
@@ -153,7 +153,7 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
   op->flags = MS_NOSUID | MS_NOEXEC;
   SET(data, JAIL_DATA_MAX, "mode=0755,size=65536,nr_inodes=64");
   for (size_t i = 0; i < sizeof dev_nodes / sizeof dev_nodes[0]; i++) {
-    snprintf(path, sizeof path, "dev/%s", dev_nodes[i]);
+    if (sbxi_path_fmt(path, sizeof path, err, "dev/%s", dev_nodes[i]) < 0) return SBX_E_NAMETOOLONG;
     ADD(JOP_BIND_DEV, path);
     SET(src, JAIL_STR_MAX, "/dev/%s", dev_nodes[i]);
   }
@@ -174,17 +174,17 @@ int jail_plan_build(jail_plan *p, const jail_plan_args *a, sbx_error *err) {
   ADD(JOP_PROC, "proc");
   op->flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
   for (size_t i = 0; i < sizeof proc_masked / sizeof proc_masked[0]; i++) {
-    snprintf(path, sizeof path, "proc/%s", proc_masked[i]);
+    if (sbxi_path_fmt(path, sizeof path, err, "proc/%s", proc_masked[i]) < 0) return SBX_E_NAMETOOLONG;
     ADD(JOP_MASK, path);
   }
   for (size_t i = 0; i < sizeof proc_masked_dirs / sizeof proc_masked_dirs[0]; i++) {
-    snprintf(path, sizeof path, "proc/%s", proc_masked_dirs[i]);
+    if (sbxi_path_fmt(path, sizeof path, err, "proc/%s", proc_masked_dirs[i]) < 0) return SBX_E_NAMETOOLONG;
     ADD(JOP_MASK_DIR, path);
     op->flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
     SET(data, JAIL_DATA_MAX, "size=0,mode=0555");
   }
   for (size_t i = 0; i < sizeof proc_ro / sizeof proc_ro[0]; i++) {
-    snprintf(path, sizeof path, "proc/%s", proc_ro[i]);
+    if (sbxi_path_fmt(path, sizeof path, err, "proc/%s", proc_ro[i]) < 0) return SBX_E_NAMETOOLONG;
     ADD(JOP_RO, path);
     op->flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
   }

@@ -29,7 +29,7 @@ static void found_add(void *ud, const char *id) {
     fl->cap = fl->cap ? fl->cap * 2 : 16;
     fl->ids = sbx_reallocarray(fl->ids, fl->cap, sizeof fl->ids[0]);
   }
-  snprintf(fl->ids[fl->n++], SBX_ID_MAX, "%s", id);
+  memcpy(fl->ids[fl->n++], id, strlen(id) + 1); /* sbxi_check_id: shorter than SBX_ID_MAX */
 }
 
 int jail_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err) {
@@ -54,8 +54,9 @@ int jail_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err)
     const char *id = fl.ids[i];
     sbx_found f = {id, 0, false};
     char path[PATH_MAX], buf[64];
-    snprintf(path, sizeof path, "%s/state", id);
-    int sfd = openat(jd->run_dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int sfd = sbxi_path_fmt(path, sizeof path, NULL, "%s/state", id) < 0
+                  ? -1
+                  : openat(jd->run_dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     unsigned long long start = 0;
     if (sfd >= 0) {
       ssize_t n = read(sfd, buf, sizeof buf - 1);

@@ -61,13 +61,14 @@ int qemu_template_disk(qemu_driver *qd, const char *name, const char *root, char
            st.st_mtim.tv_nsec);
   /* The image sits beside the rootfs directory (templates_dir/name/). */
   char parent[PATH_MAX];
-  snprintf(parent, sizeof parent, "%s/%s", qd->templates_dir, name);
+  int rc = sbxi_path_fmt(parent, sizeof parent, err, "%s/%s", qd->templates_dir, name);
+  if (rc < 0) return rc;
   struct stat pst;
   if (stat(parent, &pst) < 0 || !S_ISDIR(pst.st_mode))
     return sbx_err(err, SBX_E_NOTFOUND, "template %s is not registered under %s", name, qd->templates_dir);
-  snprintf(img, sizeof img, "%s/root.ext4", parent);
+  if ((rc = sbxi_path_fmt(img, sizeof img, err, "%s/root.ext4", parent)) < 0) return rc;
   char keyp[PATH_MAX];
-  snprintf(keyp, sizeof keyp, "%s/root.ext4.key", parent);
+  if ((rc = sbxi_path_fmt(keyp, sizeof keyp, err, "%s/root.ext4.key", parent)) < 0) return rc;
   char have[sizeof key];
   int kfd = open(keyp, O_RDONLY | O_CLOEXEC);
   if (kfd >= 0) {
@@ -86,10 +87,9 @@ int qemu_template_disk(qemu_driver *qd, const char *name, const char *root, char
   /* data + 4 KiB per file for blocks and inodes, 20% slack, 16 MiB floor */
   unsigned long long size = (tree_bytes + tree_files * 4096) / 5 * 6 + (16ull << 20);
   size = (size + (1ull << 20) - 1) & ~((1ull << 20) - 1);
-  snprintf(tmp, sizeof tmp, "%s/.root.ext4.%d", parent, (int)getpid());
+  if ((rc = sbxi_path_fmt(tmp, sizeof tmp, err, "%s/.root.ext4.%d", parent, (int)getpid())) < 0) return rc;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return sbx_err_os(err, errno, "create %s", tmp);
-  int rc = 0;
   if (ftruncate(fd, (off_t)size) < 0) rc = sbx_err_os(err, errno, "size %s", tmp);
   close(fd);
   char inodes[32];
@@ -100,9 +100,10 @@ int qemu_template_disk(qemu_driver *qd, const char *name, const char *root, char
   if (rc == 0 && rename(tmp, img) < 0) rc = sbx_err_os(err, errno, "rename %s", tmp);
   if (rc == 0) {
     char ktmp[PATH_MAX];
-    snprintf(ktmp, sizeof ktmp, "%s.%d", keyp, (int)getpid());
-    kfd = open(ktmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (kfd < 0 || write(kfd, key, strlen(key)) != (ssize_t)strlen(key) || rename(ktmp, keyp) < 0)
+    kfd = -1;
+    if ((rc = sbxi_path_fmt(ktmp, sizeof ktmp, err, "%s.%d", keyp, (int)getpid())) == 0 &&
+        ((kfd = open(ktmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0 ||
+         write(kfd, key, strlen(key)) != (ssize_t)strlen(key) || rename(ktmp, keyp) < 0))
       rc = sbx_err_os(err, errno, "write %s", keyp);
     if (kfd >= 0) close(kfd);
   }

@@ -32,8 +32,7 @@ void qemu_golden_release(sbx_golden *g) {
   if (!g) return;
   if (g->owned && g->dir) {
     char parent[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", g->dir);
-    char *slash = strrchr(parent, '/');
+    char *slash = sbxi_path_fmt(parent, sizeof parent, NULL, "%s", g->dir) == 0 ? strrchr(parent, '/') : NULL;
     if (slash) {
       *slash = '\0';
       int pfd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -116,14 +115,14 @@ static void args_line(const qemu_driver *qd, const sbx_golden *g, char *buf, siz
 
 static bool adoptable(const char *dir, const char *want) {
   char path[PATH_MAX], have[3 * PATH_MAX + 128];
-  snprintf(path, sizeof path, "%s/vm.args", dir);
+  if (sbxi_path_fmt(path, sizeof path, NULL, "%s/vm.args", dir) < 0) return false;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   ssize_t n = read(fd, have, sizeof have - 1);
   close(fd);
   if (n <= 0) return false;
   have[n] = '\0';
-  snprintf(path, sizeof path, "%s/state", dir);
+  if (sbxi_path_fmt(path, sizeof path, NULL, "%s/state", dir) < 0) return false;
   return strcmp(have, want) == 0 && access(path, R_OK) == 0;
 }
 
@@ -135,8 +134,9 @@ static int boot_and_save(qemu_driver *qd, sbx_golden *g, const sbx_golden_spec *
   static unsigned seq;
   char id[SBX_ID_MAX], state[PATH_MAX], ram[PATH_MAX];
   snprintf(id, sizeof id, "golden-%d-%u", (int)getpid(), __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
-  snprintf(state, sizeof state, "%s/state", dir);
-  snprintf(ram, sizeof ram, "%s/ram", dir);
+  if (sbxi_path_fmt(state, sizeof state, err, "%s/state", dir) < 0 ||
+      sbxi_path_fmt(ram, sizeof ram, err, "%s/ram", dir) < 0)
+    return SBX_E_NAMETOOLONG;
   bool mm = g->restore == QEMU_RESTORE_MMAP;
   if (mm) unlink(ram); /* a retry starts from a fresh file */
   qemu_vm_args va = {.size = g->size, .disk = g->disk, .accel = g->accel, .agent = g->agent,
@@ -172,19 +172,19 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   static unsigned seq;
   unsigned n = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
   if (key) {
-    snprintf(final, sizeof final, "%s/%s", parent, key);
+    if ((rc = sbxi_path_fmt(final, sizeof final, err, "%s/%s", parent, key)) < 0) goto fail;
     args_line(qd, g, want, sizeof want);
     if (adoptable(final, want)) {
       g->dir = sbx_strdup(final);
       *out = g;
       return 0;
     }
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d.%u", parent, key, (int)getpid(), n);
+    if ((rc = sbxi_path_fmt(tmp, sizeof tmp, err, "%s/.%s.tmp.%d.%u", parent, key, (int)getpid(), n)) < 0) goto fail;
   } else {
     /* A keyless golden lives in run_dir under a dot name (reconcile skips
      * those) and goes away with its handle. */
-    snprintf(final, sizeof final, "%s/.golden-%d-%u", parent, (int)getpid(), n);
-    snprintf(tmp, sizeof tmp, "%s", final);
+    if ((rc = sbxi_path_fmt(final, sizeof final, err, "%s/.golden-%d-%u", parent, (int)getpid(), n)) < 0) goto fail;
+    memcpy(tmp, final, sizeof tmp);
     g->owned = true;
   }
   if (mkdir(tmp, 0700) < 0) {
@@ -198,9 +198,7 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   if (rc < 0 && !booted && g->accel == QEMU_ACCEL_KVM && !qd->accel_pinned) {
     sbx_warn("qemu: no guest answered under KVM; falling back to TCG on this host (%s)", err ? err->msg : "");
     qd->accel = g->accel = QEMU_ACCEL_TCG;
-    char mark[PATH_MAX];
-    snprintf(mark, sizeof mark, "%s", SBXI_KVM_BROKEN_MARK);
-    int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    int mfd = open(SBXI_KVM_BROKEN_MARK, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (mfd >= 0) close(mfd);
     sbx_err_clear(err);
     rc = boot_and_save(qd, g, spec, tmp, &booted, err);
@@ -208,9 +206,11 @@ int qemu_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spe
   if (rc == 0) {
     args_line(qd, g, want, sizeof want);
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/vm.args", tmp);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, want, strlen(want)) != (ssize_t)strlen(want)) rc = sbx_err_os(err, errno, "write %s", path);
+    int fd = -1;
+    if ((rc = sbxi_path_fmt(path, sizeof path, err, "%s/vm.args", tmp)) == 0 &&
+        ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
+         write(fd, want, strlen(want)) != (ssize_t)strlen(want)))
+      rc = sbx_err_os(err, errno, "write %s", path);
     if (fd >= 0) close(fd);
   }
   if (rc == 0 && key) {

@@ -41,8 +41,8 @@ static int build_guest(qemu_driver *qd, const char *silkd, sbx_error *err) {
       }
       if (s) {
         *s = '\0';
-        snprintf(from_silkd, sizeof from_silkd, "%s/scripts/build-guest-image", real);
-        cands[1] = from_silkd;
+        if (sbxi_path_fmt(from_silkd, sizeof from_silkd, NULL, "%s/scripts/build-guest-image", real) == 0)
+          cands[1] = from_silkd;
       }
     }
   }
@@ -164,8 +164,9 @@ static int qemu_clone(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *
   if (spec->size && strcmp(spec->size->name, g->size->name) != 0)
     return sbx_err(err, SBX_E_INVAL, "qemu: golden is %s, clone asks for %s", g->size->name, spec->size->name);
   char state[PATH_MAX], ram[PATH_MAX];
-  snprintf(state, sizeof state, "%s/state", g->dir);
-  snprintf(ram, sizeof ram, "%s/ram", g->dir);
+  if (sbxi_path_fmt(state, sizeof state, err, "%s/state", g->dir) < 0 ||
+      sbxi_path_fmt(ram, sizeof ram, err, "%s/ram", g->dir) < 0)
+    return SBX_E_NAMETOOLONG;
   bool mm = g->restore == QEMU_RESTORE_MMAP;
   qemu_vm_args va = {.size = g->size, .disk = g->disk, .incoming = state, .accel = g->accel, .agent = g->agent,
                      .mem_path = mm ? ram : NULL, .mem_share = false};

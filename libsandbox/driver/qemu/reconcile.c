@@ -26,7 +26,7 @@ static void found_add(found_list *fl, const char *id) {
     fl->cap = fl->cap ? fl->cap * 2 : 16;
     fl->ids = sbx_reallocarray(fl->ids, fl->cap, sizeof fl->ids[0]);
   }
-  snprintf(fl->ids[fl->n++], SBX_ID_MAX, "%s", id);
+  memcpy(fl->ids[fl->n++], id, strlen(id) + 1); /* sbxi_check_id: shorter than SBX_ID_MAX */
 }
 
 static sbx_instance *adopt(qemu_driver *qd, const char *id, sbx_found *f) {

@@ -31,9 +31,7 @@ extern char **environ;
 
 int qemu_run_dir_path(const qemu_driver *qd, const char *id, const char *name, char *buf, size_t len,
                       sbx_error *err) {
-  int n = snprintf(buf, len, "%s/%s%s%s", qd->run_dir, id, name ? "/" : "", name ? name : "");
-  if (n < 0 || (size_t)n >= len) return sbx_err(err, SBX_E_TOOBIG, "path under %s is too long", qd->run_dir);
-  return 0;
+  return sbxi_path_fmt(buf, len, err, "%s/%s%s%s", qd->run_dir, id, name ? "/" : "", name ? name : "");
 }
 
 /* A port the kernel just handed out and released: QEMU binds it a few ms
@@ -58,7 +56,7 @@ int qemu_write_state(sbx_instance *s, sbx_error *err) {
   char path[PATH_MAX], tmp[PATH_MAX], st[128];
   int rc = qemu_run_dir_path(s->qd, s->hdr.id, "state", path, sizeof path, err);
   if (rc < 0) return rc;
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if ((rc = sbxi_path_fmt(tmp, sizeof tmp, err, "%s.tmp", path)) < 0) return rc;
   int n = snprintf(st, sizeof st, "%d %llu %d %u %u %s\n", (int)s->qemu_pid, sbxi_proc_starttime(s->qemu_pid),
                    (int)s->agent, (unsigned)s->port, (unsigned)s->cid, s->size->name);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -194,7 +192,11 @@ int qemu_vm_start(qemu_driver *qd, const char *id, const qemu_vm_args *a, sbx_in
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   char logp[PATH_MAX];
-  snprintf(logp, sizeof logp, "%s/qemu.log", dir);
+  if ((rc = sbxi_path_fmt(logp, sizeof logp, err, "%s/qemu.log", dir)) < 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    argv_free(&av);
+    goto fail_dir;
+  }
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);

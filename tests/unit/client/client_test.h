@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/path.h"
+
 typedef struct silkd_proc {
   pid_t pid;
   char dir[64];
@@ -26,8 +28,8 @@ typedef struct silkd_proc {
 static inline int sock_ready(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sun = {.sun_family = AF_UNIX};
-  snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
-  int ok = connect(fd, (struct sockaddr *)&sun, sizeof sun) == 0;
+  int ok = sbxi_path_fmt(sun.sun_path, sizeof sun.sun_path, NULL, "%s", path) == 0 &&
+           connect(fd, (struct sockaddr *)&sun, sizeof sun) == 0;
   close(fd);
   return ok;
 }

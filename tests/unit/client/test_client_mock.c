@@ -35,7 +35,7 @@ struct node {
   handler h;
   pthread_mutex_t lock;
   int nreq;
-  char paths[MAX_REQS][128];
+  char paths[MAX_REQS][16 + 128]; /* method, space, path */
   char bodies[MAX_REQS][512];
   char auth[MAX_REQS][128];
   const char *answer; /* JSON for simple handlers */

@@ -319,7 +319,7 @@ static void test_sbxctl_cp_roundtrip(void **state) {
   char up_src[600], remote[200], down_src[300];
   snprintf(up_src, sizeof up_src, "%s/tree", src);
   snprintf(rdst, sizeof rdst, "/tmp/cp-roundtrip-%d", (int)getpid());
-  snprintf(remote, sizeof remote, "%s:%s/", sbx_sandbox_id(s), rdst);
+  assert_int_equal(sbxi_path_fmt(remote, sizeof remote, NULL, "%s:%s/", sbx_sandbox_id(s), rdst), 0);
   sbx_error err;
   assert_int_equal(sbx_sandbox_mkdir(s, rdst, true, &err), 0);
   run_result r;

@@ -380,7 +380,7 @@ static void test_restore_modes(void **state) {
   if (sbx_golden_build(d, tpl, NULL, &g, &err) < 0) fail_msg("golden: %s", err.msg);
   char gdir[300];
   snprintf(gdir, sizeof gdir, "%s", g->dir);
-  snprintf(ram, sizeof ram, "%s/ram", gdir);
+  assert_int_equal(sbxi_path_fmt(ram, sizeof ram, NULL, "%s/ram", gdir), 0);
   assert_int_not_equal(access(ram, F_OK), 0);
   sbx_instance *s[2] = {NULL, NULL};
   char out[2][256];

@@ -264,7 +264,7 @@ static void on_prov(void *arg, void *inst, const sbx_error *err) {
   struct prov_res *r = arg;
   r->inst = inst;
   r->calls++;
-  if (!inst) snprintf(r->msg, sizeof r->msg, "%s", err->msg);
+  if (!inst) snprintf(r->msg, sizeof r->msg, "%.*s", (int)sizeof r->msg - 1, err->msg);
 }
 
 static void test_watermark(void **state) {

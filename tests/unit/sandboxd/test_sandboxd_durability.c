@@ -66,7 +66,7 @@ static json_t *get_json(const char *path) {
 }
 
 static void deadline_of(const struct claim *c, char *out, size_t len) {
-  char path[128];
+  char path[1024];
   snprintf(path, sizeof path, "/v1/sandboxes/%s", c->id);
   json_t *row = get_json(path);
   assert_non_null(row);
@@ -76,7 +76,7 @@ static void deadline_of(const struct claim *c, char *out, size_t len) {
 
 /* Renew with ttl: the status, and the granted deadline when 200. */
 static int renew(const struct claim *c, int ttl, char *deadline, size_t len) {
-  char path[128], body[64];
+  char path[1024], body[64];
   snprintf(path, sizeof path, "/v1/sandboxes/%s/renew", c->id);
   snprintf(body, sizeof body, "{\"ttl_seconds\":%d}", ttl);
   struct http_resp r;
@@ -94,7 +94,7 @@ static int renew(const struct claim *c, int ttl, char *deadline, size_t len) {
 }
 
 static int release_q(const struct claim *c) {
-  char path[128];
+  char path[1024];
   snprintf(path, sizeof path, "/v1/sandboxes/%s/release", c->id);
   return sbxd_status(Q.port, "POST", path, c->token, NULL);
 }
@@ -180,7 +180,7 @@ static void disk_full(bool sync_claims) {
   assert_true(refused > 0);
   assert_int_equal(st, 500);
   assert_true(journal_failing());
-  char path[128];
+  char path[1024];
   snprintf(path, sizeof path, "/v1/sandboxes/%s/exec", c[refused].id);
   assert_int_equal(sbxd_status(Q.port, "POST", path, c[refused].token, "{\"argv\":[\"true\"]}"), 200);
   assert_int_equal(renew(&c[0], 3000, now, sizeof now), 500);

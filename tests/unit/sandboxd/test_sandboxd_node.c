@@ -373,7 +373,7 @@ static void test_sync_claims(void **state) {
     json_decref(v);
     http_resp_free(&r);
   }
-  char path[128];
+  char path[640]; /* gcc bounds c[i].id by the whole array c */
   snprintf(path, sizeof path, "/v1/sandboxes/%s/renew", c[0].id);
   assert_int_equal(sbxd_status(Q.port, "POST", path, c[0].token, "{\"ttl_seconds\":600}"), 200);
   snprintf(path, sizeof path, "/v1/sandboxes/%s/release", c[N - 1].id);

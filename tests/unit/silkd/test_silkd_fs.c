@@ -7,6 +7,7 @@
 #include <cmocka.h>
 #include <dirent.h>
 
+#include "core/path.h"
 #include "silkd_client.h"
 
 static silkd_srv srv;
@@ -231,8 +232,8 @@ static void test_fs_write_replaces(void **state) {
   char dir[512], target[512], sym[512], other[512], path[512];
   snprintf(dir, sizeof dir, "%s/repl", root);
   assert_int_equal(mkdir(dir, 0755), 0);
-  snprintf(target, sizeof target, "%s/target", dir);
-  snprintf(sym, sizeof sym, "%s/link", dir);
+  assert_int_equal(sbxi_path_fmt(target, sizeof target, NULL, "%s/target", dir), 0);
+  assert_int_equal(sbxi_path_fmt(sym, sizeof sym, NULL, "%s/link", dir), 0);
   put_file(target, "target");
   assert_int_equal(symlink(target, sym), 0);
   sc *c = sc_open(&srv);
@@ -250,7 +251,7 @@ static void test_fs_write_replaces(void **state) {
   assert_string_equal(got, "target");
   sbx_free(got);
   /* hard links */
-  snprintf(other, sizeof other, "%s/other", dir);
+  assert_int_equal(sbxi_path_fmt(other, sizeof other, NULL, "%s/other", dir), 0);
   assert_int_equal(link(target, other), 0);
   write_hello(c, target, &res);
   assert_int_equal(res.final, SBX_RESP_DONE);
@@ -262,7 +263,7 @@ static void test_fs_write_replaces(void **state) {
   assert_string_equal(got, "target");
   sbx_free(got);
   /* a directory stays, and the answer is rename's */
-  snprintf(path, sizeof path, "%s/sub", dir);
+  assert_int_equal(sbxi_path_fmt(path, sizeof path, NULL, "%s/sub", dir), 0);
   assert_int_equal(mkdir(path, 0755), 0);
   write_hello(c, path, &res);
   assert_int_equal(res.final, SBX_RESP_ERROR);

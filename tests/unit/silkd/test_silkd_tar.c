@@ -25,7 +25,7 @@ static void tar_member(sbx_buf *b, const char *name, char type, const char *link
   snprintf(h + 100, 8, "%07o", mode);
   snprintf(h + 108, 8, "%07o", 0);
   snprintf(h + 116, 8, "%07o", 0);
-  snprintf(h + 124, 12, "%011zo", size);
+  snprintf(h + 124, 12, "%011zo", size & 077777777777u); /* ustar: 11 octal digits */
   snprintf(h + 136, 12, "%011o", 1700000000);
   memset(h + 148, ' ', 8);
   h[156] = type;
