@@ -1,0 +1,241 @@
+/* find.c - fs_find (§5.7): a depth-first walk that never follows a
+ * symlink, PCRE2 over each line of every regular UTF-8 file.
+ *
+ * The walk runs on a job thread (job.c). Each file is read whole (at most
+ * 8 MiB, the spec's bound) and checked for UTF-8 once, which decides
+ * "binary". When the pattern allows it (pattern.c: buffer_safe) the file is
+ * searched in one multiline call and only the lines with a candidate match
+ * are checked one by one: a per-line search over every line costs a call
+ * per line, which on source trees dominates the time.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pattern.h"
+#include "silkd.h"
+
+#define FIND_FILE_MAX (8u * 1024 * 1024) /* larger files are skipped (§6) */
+
+struct find_req {
+  char *path, *glob;
+  struct pattern pt;
+};
+
+struct finder {
+  struct job *j;
+  struct find_req *q;
+  struct matcher m;
+  char *buf; /* the file being searched, FIND_FILE_MAX + 1 */
+  sbx_buf path; /* the current entry's path as reported */
+  bool stop;  /* an error frame went out, or the job was cancelled */
+};
+
+static void find_req_free(void *arg) {
+  struct find_req *q = arg;
+  pattern_free(&q->pt);
+  sbx_free(q->path);
+  sbx_free(q->glob);
+  sbx_free(q);
+}
+
+static void stop_with(struct finder *f, sbx_wire_error_kind kind, const char *msg) {
+  job_error(f->j, kind, msg);
+  f->stop = true;
+}
+
+static void emit_match(struct finder *f, char *line, size_t len, uint64_t lineno) {
+  char save = line[len];
+  line[len] = '\0';
+  sbx_wire_resp r = {.type = SBX_RESP_MATCH, .u.match = {f->path.ptr, lineno, line}};
+  sbx_error e;
+  int rc = job_emit(f->j, &r, &e);
+  line[len] = save;
+  if (rc < 0 && e.code == SBX_E_TOOBIG) stop_with(f, SBX_ERR_INTERNAL, "match frame exceeds the frame cap");
+  else if (rc < 0) f->stop = true;
+}
+
+static void match_failed(struct finder *f, int rc, uint64_t lineno) {
+  char m[256], msg[PATH_MAX + 512];
+  match_rc_message(rc, m, sizeof m);
+  if (match_rc_is_limit(rc))
+    snprintf(msg, sizeof msg, "pattern too expensive: %s at %s:%llu", m, f->path.ptr, (unsigned long long)lineno);
+  else
+    snprintf(msg, sizeof msg, "match: %s at %s:%llu", m, f->path.ptr, (unsigned long long)lineno);
+  stop_with(f, match_rc_is_limit(rc) ? SBX_ERR_BAD_REQUEST : SBX_ERR_INTERNAL, msg);
+}
+
+/* One line [s, s+len): match it and report. */
+static void check_line(struct finder *f, char *s, size_t len, uint64_t lineno) {
+  int rc = matcher_run(&f->m, f->q->pt.code, s, len, 0, 0);
+  if (rc >= 0) emit_match(f, s, len, lineno);
+  else if (rc != PCRE2_ERROR_NOMATCH) match_failed(f, rc, lineno);
+}
+
+/* Line by line from offset pos (a line start) numbered lineno. */
+static void search_lines(struct finder *f, char *b, size_t n, size_t pos, uint64_t lineno) {
+  while (pos < n && !f->stop) {
+    char *nl = memchr(b + pos, '\n', n - pos);
+    size_t end = nl ? (size_t)(nl - b) : n;
+    size_t len = end - pos;
+    if (nl && len > 0 && b[end - 1] == '\r') len--;
+    check_line(f, b + pos, len, lineno++);
+    pos = end + 1;
+  }
+}
+
+static uint64_t count_nl(const char *s, size_t n) {
+  uint64_t k = 0;
+  for (size_t i = 0; i < n; i++) k += s[i] == '\n';
+  return k;
+}
+
+/* Whole-file candidates, each confirmed on its own line. A file with a CR
+ * anywhere goes line by line: there `$` must match before a CRLF. */
+static void search_file(struct finder *f, char *b, size_t n) {
+  const pcre2_code *multi = f->q->pt.multi;
+  if (!multi || memchr(b, '\r', n)) {
+    search_lines(f, b, n, 0, 1);
+    return;
+  }
+  size_t pos = 0;
+  uint64_t lineno = 1;
+  while (pos < n && !f->stop) {
+    int rc = matcher_run(&f->m, multi, b, n, pos, 0);
+    if (rc == PCRE2_ERROR_NOMATCH) return;
+    if (rc < 0) { /* over a limit on the whole file: lines are smaller */
+      search_lines(f, b, n, pos, lineno);
+      return;
+    }
+    size_t at = pcre2_get_ovector_pointer(f->m.md)[0];
+    char *prev = at > pos ? memrchr(b + pos, '\n', at - pos) : NULL;
+    size_t start = prev ? (size_t)(prev - b) + 1 : pos;
+    lineno += count_nl(b + pos, start - pos);
+    char *nl = memchr(b + start, '\n', n - start);
+    size_t end = nl ? (size_t)(nl - b) : n;
+    check_line(f, b + start, end - start, lineno);
+    lineno++;
+    pos = end + 1;
+  }
+}
+
+/* Read a regular file whole; false to skip it (§5.7: too large, unreadable,
+ * not a regular file, not UTF-8). */
+static bool load(int dirfd, const char *name, char *buf, size_t *len) {
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= FIND_FILE_MAX;
+  size_t n = 0;
+  while (ok) {
+    ssize_t k = read(fd, buf + n, FIND_FILE_MAX + 1 - n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      ok = k == 0;
+      break;
+    }
+    n += (size_t)k;
+    if (n > FIND_FILE_MAX) ok = false; /* grew past the bound meanwhile */
+  }
+  close(fd);
+  *len = n;
+  return ok && utf8_valid((const unsigned char *)buf, n);
+}
+
+static void walk(struct finder *f, int dirfd);
+
+static void visit(struct finder *f, int dirfd, const char *name, unsigned char type) {
+  if (type == DT_UNKNOWN) {
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) return;
+    type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_LNK;
+  }
+  if (type == DT_DIR) {
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) walk(f, fd); /* an unreadable directory is skipped */
+    return;
+  }
+  if (type != DT_REG) return; /* symlinks are never followed */
+  if (f->q->glob && *f->q->glob && !glob_match(f->q->glob, name)) return;
+  size_t n;
+  if (load(dirfd, name, f->buf, &n)) search_file(f, f->buf, n);
+}
+
+/* Depth-first through the directory open at dirfd (consumed). */
+static void walk(struct finder *f, int dirfd) {
+  DIR *d = fdopendir(dirfd);
+  if (!d) {
+    close(dirfd);
+    return;
+  }
+  size_t base = f->path.len;
+  sbx_error e;
+  struct dirent *de;
+  while (!f->stop && (de = readdir(d)) != NULL) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (job_cancelled(f->j)) {
+      f->stop = true;
+      break;
+    }
+    f->path.len = base;
+    if (sbx_buf_addc(&f->path, '/', &e) < 0 || sbx_buf_adds(&f->path, de->d_name, &e) < 0) {
+      sbx_buf_init(&f->path, PATH_MAX * 16); /* over the cap: give up on this one */
+      stop_with(f, SBX_ERR_INTERNAL, "path too long");
+      break;
+    }
+    visit(f, dirfd, de->d_name, de->d_type);
+  }
+  f->path.len = base;
+  if (f->path.ptr) f->path.ptr[base] = '\0';
+  closedir(d); /* a read error skips the rest of the directory */
+}
+
+static void find_main(struct job *j, void *arg) {
+  struct find_req *q = arg;
+  struct finder f = {.j = j, .q = q};
+  int fd = open(q->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    job_os_error(j, errno, "read_dir");
+    return;
+  }
+  if (matcher_init(&f.m, &q->pt) < 0) {
+    close(fd);
+    job_error(j, SBX_ERR_INTERNAL, "out of memory");
+    return;
+  }
+  f.buf = sbx_malloc(FIND_FILE_MAX + 1);
+  sbx_buf_init(&f.path, PATH_MAX * 16);
+  /* Reported paths: path, then "/" and the components; a trailing "/" of
+   * path is dropped so the join stays single. */
+  size_t plen = strlen(q->path);
+  while (plen > 1 && q->path[plen - 1] == '/') plen--;
+  sbx_error e;
+  if (!(plen == 1 && q->path[0] == '/')) sbx_buf_add(&f.path, q->path, plen, &e);
+  else sbx_buf_adds(&f.path, "", &e);
+  walk(&f, fd);
+  if (!f.stop) {
+    sbx_wire_resp r = {.type = SBX_RESP_DONE};
+    job_emit(j, &r, &e);
+  }
+  sbx_buf_free(&f.path);
+  sbx_free(f.buf);
+  matcher_free(&f.m);
+}
+
+void verb_fs_find(struct conn *c, sbx_wire_req *req) {
+  const sbx_req_fs_find *r = &req->u.fs_find;
+  struct find_req *q = sbx_calloc(1, sizeof *q);
+  char msg[512];
+  /* The pattern first: a rejected one touches no file (§5.7). */
+  if (pattern_compile(&q->pt, r->pattern, true, msg, sizeof msg) < 0) {
+    conn_send_error(c, SBX_ERR_BAD_REQUEST, "%s", msg);
+    find_req_free(q);
+    return;
+  }
+  q->path = sbx_strdup(r->path);
+  q->glob = r->glob ? sbx_strdup(r->glob) : NULL;
+  job_start(c, true, find_main, q, find_req_free);
+}
