@@ -11,7 +11,7 @@ _sbxctl() {
   COMPREPLY=()
   cur="${COMP_WORDS[COMP_CWORD]}"
   prev="${COMP_WORDS[COMP_CWORD-1]}"
-  local commands="claim exec shell release renew ls info cp cat put ps kill logs session pools drain uncordon local"
+  local commands="claim exec shell release renew ls info cp cat put find replace watch ps kill logs session pools drain uncordon local"
   local globals="--addr --token --json --help --version"
 
   cmd=""
@@ -25,7 +25,7 @@ _sbxctl() {
 
   case "$prev" in
     --size) COMPREPLY=($(compgen -W "small medium large" -- "$cur")); return ;;
-    --addr|--token|--ttl|--ref|--cwd|--env|--user|--session|--signal|--mode|--id) return ;;
+    --addr|--token|--ttl|--ref|--cwd|--env|--user|--session|--signal|--mode|--id|--glob|--count) return ;;
     --net) COMPREPLY=($(compgen -W "none egress" -- "$cur")); return ;;
   esac
 
@@ -42,6 +42,8 @@ _sbxctl() {
     renew) opts="$opts --ttl" ;;
     ls) opts="$opts --ref" ;;
     put) opts="$opts --mode" ;;
+    find) opts="$opts --glob" ;;
+    watch) opts="$opts --recursive --count" ;;
     kill) opts="$opts --signal" ;;
     logs) opts="$opts --follow" ;;
     session) opts="$opts --id --cwd --env list create rm" ;;

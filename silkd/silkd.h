@@ -3,7 +3,8 @@
  * silkd is one libevent loop: every connection, child pipe, pty and forwarded
  * socket is a non-blocking descriptor on it, so a stuck peer can only ever
  * stall its own RPC. The only threads are the tar workers (fs_push/fs_pull),
- * because libarchive pulls and pushes with blocking calls.
+ * because libarchive pulls and pushes with blocking calls, and the jobs of
+ * fs_find/fs_replace (job.c), whose walks and regexes must not hold the loop.
  */
 #ifndef SILKD_H
 #define SILKD_H
