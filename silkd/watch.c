@@ -149,6 +149,19 @@ static int add_tree(struct watch *w, const char *dir, bool announce) {
   return rc;
 }
 
+/* A directory moved out of the tree keeps its watches, which would go on
+ * reporting what happens there under its old path: drop them. A move
+ * within the tree is a MOVED_FROM and a MOVED_TO, which adds them back. */
+static void drop_tree(struct watch *w, const char *dir) {
+  size_t n = strlen(dir);
+  for (size_t wd = 0; wd < w->npaths; wd++) {
+    const char *p = w->paths[wd];
+    if (!p || strncmp(p, dir, n) != 0 || (p[n] != '\0' && p[n] != '/')) continue;
+    inotify_rm_watch(w->ifd, (int)wd);
+    set_path(w, (int)wd, NULL);
+  }
+}
+
 static sbx_wire_event_kind kind_of(uint32_t mask) {
   if (mask & IN_CREATE) return SBX_EVENT_CREATED;
   if (mask & (IN_MOVED_FROM | IN_MOVED_TO | IN_MOVE_SELF)) return SBX_EVENT_RENAMED;
@@ -170,6 +183,7 @@ static void handle(struct watch *w, const struct inotify_event *ev) {
   const char *dir = w->paths[ev->wd];
   char *p = ev->len && ev->name[0] ? join(dir, ev->name) : sbx_strdup(dir);
   push(w, kind_of(ev->mask), p);
+  if (w->recursive && (ev->mask & IN_ISDIR) && (ev->mask & IN_MOVED_FROM) && ev->len) drop_tree(w, p);
   if (w->recursive && (ev->mask & IN_ISDIR) && (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
     int rc = add_tree(w, p, true);
     if (rc) {
