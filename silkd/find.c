@@ -7,10 +7,17 @@
  * searched in one multiline call and only the lines with a candidate match
  * are checked one by one: a per-line search over every line costs a call
  * per line, which on source trees dominates the time.
+ *
+ * The entries of the root are shared out among up to FIND_THREADS threads
+ * (one per CPU), each walking whole subtrees with its own matcher, file
+ * buffer and frame buffer; frames reach the pipe whole (job_write). An
+ * error is kept until every thread has stopped, so it is the final frame.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,18 +27,40 @@
 
 #define FIND_FILE_MAX (8u * 1024 * 1024) /* larger files are skipped (§6) */
 
+#define FIND_THREADS 4                      /* at most, and no more than the CPUs */
+#define FIND_FLUSH (64 * 1024)              /* a thread's frames go out in pieces of this */
+
 struct find_req {
   char *path, *glob;
   struct pattern pt;
 };
 
-struct finder {
+/* What the threads of one find share. */
+struct find_shared {
   struct job *j;
   struct find_req *q;
+  int rootfd;
+  char **names; /* the root's entries, handed out one at a time */
+  unsigned char *types;
+  size_t n;
+  atomic_size_t next;
+  atomic_bool stop;
+  pthread_mutex_t lock;
+  bool failed; /* the first error, sent once every thread is done */
+  sbx_wire_error_kind err_kind;
+  char err_msg[PATH_MAX + 512];
+  const char *base; /* reported prefix: path without trailing slashes */
+  size_t base_len;
+};
+
+struct finder {
+  struct find_shared *sh;
+  struct find_req *q;
   struct matcher m;
-  char *buf; /* the file being searched, FIND_FILE_MAX + 1 */
+  char *buf;    /* the file being searched, FIND_FILE_MAX + 1 */
   sbx_buf path; /* the current entry's path as reported */
-  bool stop;  /* an error frame went out, or the job was cancelled */
+  sbx_buf out;  /* encoded frames not written yet */
+  bool stop;    /* an error, a cancel, or a failed write */
 };
 
 static void find_req_free(void *arg) {
@@ -43,8 +72,26 @@ static void find_req_free(void *arg) {
 }
 
 static void stop_with(struct finder *f, sbx_wire_error_kind kind, const char *msg) {
-  job_error(f->j, kind, msg);
+  struct find_shared *sh = f->sh;
+  pthread_mutex_lock(&sh->lock);
+  if (!sh->failed) {
+    sh->failed = true;
+    sh->err_kind = kind;
+    snprintf(sh->err_msg, sizeof sh->err_msg, "%s", msg);
+  }
+  pthread_mutex_unlock(&sh->lock);
+  atomic_store(&sh->stop, true);
   f->stop = true;
+}
+
+static bool stopped(struct finder *f) {
+  if (!f->stop && (atomic_load(&f->sh->stop) || job_cancelled(f->sh->j))) f->stop = true;
+  return f->stop;
+}
+
+static void flush_out(struct finder *f) {
+  if (f->out.len && job_write(f->sh->j, f->out.ptr, f->out.len) < 0) f->stop = true;
+  sbx_buf_reset(&f->out);
 }
 
 static void emit_match(struct finder *f, char *line, size_t len, uint64_t lineno) {
@@ -52,10 +99,10 @@ static void emit_match(struct finder *f, char *line, size_t len, uint64_t lineno
   line[len] = '\0';
   sbx_wire_resp r = {.type = SBX_RESP_MATCH, .u.match = {f->path.ptr, lineno, line}};
   sbx_error e;
-  int rc = job_emit(f->j, &r, &e);
+  int rc = sbx_wire_encode_resp(&f->out, &r, &e); /* over the cap: out keeps what it had */
   line[len] = save;
-  if (rc < 0 && e.code == SBX_E_TOOBIG) stop_with(f, SBX_ERR_INTERNAL, "match frame exceeds the frame cap");
-  else if (rc < 0) f->stop = true;
+  if (rc < 0) stop_with(f, SBX_ERR_INTERNAL, "match frame exceeds the frame cap");
+  else if (f->out.len >= FIND_FLUSH) flush_out(f);
 }
 
 static void match_failed(struct finder *f, int rc, uint64_t lineno) {
@@ -174,12 +221,8 @@ static void walk(struct finder *f, int dirfd) {
   size_t base = f->path.len;
   sbx_error e;
   struct dirent *de;
-  while (!f->stop && (de = readdir(d)) != NULL) {
+  while (!stopped(f) && (de = readdir(d)) != NULL) {
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    if (job_cancelled(f->j)) {
-      f->stop = true;
-      break;
-    }
     f->path.len = base;
     if (sbx_buf_addc(&f->path, '/', &e) < 0 || sbx_buf_adds(&f->path, de->d_name, &e) < 0) {
       sbx_buf_init(&f->path, PATH_MAX * 16); /* over the cap: give up on this one */
@@ -193,36 +236,97 @@ static void walk(struct finder *f, int dirfd) {
   closedir(d); /* a read error skips the rest of the directory */
 }
 
-static void find_main(struct job *j, void *arg) {
-  struct find_req *q = arg;
-  struct finder f = {.j = j, .q = q};
-  int fd = open(q->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    job_os_error(j, errno, "read_dir");
-    return;
-  }
-  if (matcher_init(&f.m, &q->pt) < 0) {
-    close(fd);
-    job_error(j, SBX_ERR_INTERNAL, "out of memory");
-    return;
+/* One thread: take root entries until none is left. */
+static void *find_thread(void *arg) {
+  struct find_shared *sh = arg;
+  struct finder f = {.sh = sh, .q = sh->q};
+  if (matcher_init(&f.m, &sh->q->pt) < 0) {
+    stop_with(&f, SBX_ERR_INTERNAL, "out of memory");
+    return NULL;
   }
   f.buf = sbx_malloc(FIND_FILE_MAX + 1);
   sbx_buf_init(&f.path, PATH_MAX * 16);
-  /* Reported paths: path, then "/" and the components; a trailing "/" of
-   * path is dropped so the join stays single. */
-  size_t plen = strlen(q->path);
-  while (plen > 1 && q->path[plen - 1] == '/') plen--;
+  sbx_buf_init(&f.out, SBX_WIRE_FRAME_CAP + FIND_FLUSH + 1024);
   sbx_error e;
-  if (!(plen == 1 && q->path[0] == '/')) sbx_buf_add(&f.path, q->path, plen, &e);
-  else sbx_buf_adds(&f.path, "", &e);
-  walk(&f, fd);
-  if (!f.stop) {
-    sbx_wire_resp r = {.type = SBX_RESP_DONE};
-    job_emit(j, &r, &e);
+  for (size_t i; !stopped(&f) && (i = atomic_fetch_add(&sh->next, 1)) < sh->n;) {
+    sbx_buf_reset(&f.path);
+    if (sbx_buf_add(&f.path, sh->base, sh->base_len, &e) < 0 || sbx_buf_addc(&f.path, '/', &e) < 0 ||
+        sbx_buf_adds(&f.path, sh->names[i], &e) < 0) {
+      sbx_buf_init(&f.path, PATH_MAX * 16);
+      stop_with(&f, SBX_ERR_INTERNAL, "path too long");
+      break;
+    }
+    visit(&f, sh->rootfd, sh->names[i], sh->types[i]);
   }
+  flush_out(&f);
+  sbx_buf_free(&f.out);
   sbx_buf_free(&f.path);
   sbx_free(f.buf);
   matcher_free(&f.m);
+  return NULL;
+}
+
+/* The root's entries, read once so the threads can share them out. */
+static void list_root(struct find_shared *sh) {
+  int fd = dup(sh->rootfd);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  size_t cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (sh->n == cap) {
+      cap = cap ? cap * 2 : 256;
+      sh->names = sbx_reallocarray(sh->names, cap, sizeof *sh->names);
+      sh->types = sbx_reallocarray(sh->types, cap, sizeof *sh->types);
+    }
+    sh->names[sh->n] = sbx_strdup(de->d_name);
+    sh->types[sh->n++] = de->d_type;
+  }
+  closedir(d); /* a read error skips the rest, as anywhere in the walk */
+}
+
+static void find_main(struct job *j, void *arg) {
+  struct find_req *q = arg;
+  struct find_shared sh = {.j = j, .q = q};
+  sh.rootfd = open(q->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (sh.rootfd < 0) {
+    job_os_error(j, errno, "read_dir");
+    return;
+  }
+  pthread_mutex_init(&sh.lock, NULL);
+  atomic_init(&sh.next, 0);
+  atomic_init(&sh.stop, false);
+  /* Reported paths: path, then "/" and the components; trailing slashes
+   * of path are dropped so the join stays single ("/" joins as ""). */
+  size_t plen = strlen(q->path);
+  while (plen > 0 && q->path[plen - 1] == '/') plen--;
+  sh.base = q->path;
+  sh.base_len = plen;
+  list_root(&sh);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t extra = cpus > 1 ? (size_t)(cpus < FIND_THREADS ? cpus : FIND_THREADS) - 1 : 0;
+  if (extra > sh.n / 2) extra = sh.n / 2; /* a thread per two entries at least */
+  pthread_t th[FIND_THREADS];
+  size_t started = 0;
+  for (; started < extra; started++)
+    if (pthread_create(&th[started], NULL, find_thread, &sh) != 0) break;
+  find_thread(&sh);
+  for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+  if (sh.failed) job_error(j, sh.err_kind, sh.err_msg);
+  else if (!job_cancelled(j)) {
+    sbx_wire_resp r = {.type = SBX_RESP_DONE};
+    sbx_error e;
+    job_emit(j, &r, &e);
+  }
+  for (size_t i = 0; i < sh.n; i++) sbx_free(sh.names[i]);
+  sbx_free(sh.names);
+  sbx_free(sh.types);
+  pthread_mutex_destroy(&sh.lock);
+  close(sh.rootfd);
 }
 
 void verb_fs_find(struct conn *c, sbx_wire_req *req) {

@@ -35,6 +35,7 @@ struct job {
   pthread_t thread;
   atomic_int refs;
   atomic_bool cancelled;
+  pthread_mutex_t wlock; /* several worker threads may write (find) */
   job_fn fn;
   void *arg;
   void (*arg_free)(void *arg);
@@ -44,6 +45,7 @@ struct job {
 static void job_unref(struct job *j) {
   if (atomic_fetch_sub(&j->refs, 1) != 1) return;
   if (j->arg_free) j->arg_free(j->arg);
+  pthread_mutex_destroy(&j->wlock);
   sbx_buf_free(&j->out);
   sbx_free(j);
 }
@@ -52,9 +54,8 @@ static void job_unref(struct job *j) {
 
 bool job_cancelled(struct job *j) { return atomic_load(&j->cancelled); }
 
-int job_flush(struct job *j) {
-  const char *p = j->out.ptr;
-  size_t n = j->out.len;
+int job_write(struct job *j, const char *p, size_t n) {
+  pthread_mutex_lock(&j->wlock); /* whole frames, never interleaved */
   while (n > 0 && !job_cancelled(j)) {
     ssize_t k = write(j->wr, p, n);
     if (k < 0 && errno == EINTR) continue;
@@ -65,8 +66,14 @@ int job_flush(struct job *j) {
     p += k;
     n -= (size_t)k;
   }
-  sbx_buf_reset(&j->out);
+  pthread_mutex_unlock(&j->wlock);
   return job_cancelled(j) ? -1 : 0;
+}
+
+int job_flush(struct job *j) {
+  int rc = job_write(j, j->out.ptr, j->out.len);
+  sbx_buf_reset(&j->out);
+  return rc;
 }
 
 int job_emit(struct job *j, const sbx_wire_resp *r, sbx_error *err) {
@@ -149,6 +156,7 @@ void job_start(struct conn *c, bool cancel_on_input, job_fn fn, void *arg, void 
   sbx_buf_init(&j->out, SBX_WIRE_FRAME_CAP + JOB_FLUSH + 1024);
   atomic_init(&j->refs, 2);
   atomic_init(&j->cancelled, false);
+  pthread_mutex_init(&j->wlock, NULL);
   if (pipe2(fds, O_CLOEXEC) < 0) {
     conn_send_error(c, SBX_ERR_INTERNAL, "pipe: %s (os error %d)", strerror(errno), errno);
     atomic_store(&j->refs, 1);

@@ -211,6 +211,8 @@ void job_start(struct conn *c, bool cancel_on_input, job_fn fn, void *arg, void 
  * or once cancelled; job_cancelled is cheap enough to poll per file. */
 int job_emit(struct job *j, const sbx_wire_resp *r, sbx_error *err);
 int job_flush(struct job *j);
+/* Encoded frames from any worker thread, written whole (a mutex). */
+int job_write(struct job *j, const char *p, size_t n);
 bool job_cancelled(struct job *j);
 void job_error(struct job *j, sbx_wire_error_kind kind, const char *msg);
 void job_os_error(struct job *j, int errnum, const char *ctx); /* ENOENT: not_found */
