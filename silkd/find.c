@@ -8,8 +8,9 @@
  * are checked one by one: a per-line search over every line costs a call
  * per line, which on source trees dominates the time.
  *
- * The entries of the root are shared out among up to FIND_THREADS threads
- * (one per CPU), each walking whole subtrees with its own matcher, file
+ * The entries of the root (or, when they are few, of the directories just
+ * below it) are shared out among up to FIND_THREADS threads (one per CPU),
+ * each walking whole subtrees with its own matcher, file
  * buffer and frame buffer; frames reach the pipe whole (job_write). An
  * error is kept until every thread has stopped, so it is the final frame.
  */
@@ -35,14 +36,23 @@ struct find_req {
   struct pattern pt;
 };
 
+/* A unit of work: an entry of the directory open at dirfd, reported as
+ * base/rel. */
+struct find_item {
+  int dirfd;
+  char *name, *rel;
+  unsigned char type;
+};
+
 /* What the threads of one find share. */
 struct find_shared {
   struct job *j;
   struct find_req *q;
   int rootfd;
-  char **names; /* the root's entries, handed out one at a time */
-  unsigned char *types;
+  struct find_item *items; /* handed out one at a time */
   size_t n;
+  int *dirfds; /* directories opened while listing, closed at the end */
+  size_t ndirfds;
   atomic_size_t next;
   atomic_bool stop;
   pthread_mutex_t lock;
@@ -251,12 +261,12 @@ static void *find_thread(void *arg) {
   for (size_t i; !stopped(&f) && (i = atomic_fetch_add(&sh->next, 1)) < sh->n;) {
     sbx_buf_reset(&f.path);
     if (sbx_buf_add(&f.path, sh->base, sh->base_len, &e) < 0 || sbx_buf_addc(&f.path, '/', &e) < 0 ||
-        sbx_buf_adds(&f.path, sh->names[i], &e) < 0) {
+        sbx_buf_adds(&f.path, sh->items[i].rel, &e) < 0) {
       sbx_buf_init(&f.path, PATH_MAX * 16);
       stop_with(&f, SBX_ERR_INTERNAL, "path too long");
       break;
     }
-    visit(&f, sh->rootfd, sh->names[i], sh->types[i]);
+    visit(&f, sh->items[i].dirfd, sh->items[i].name, sh->items[i].type);
   }
   flush_out(&f);
   sbx_buf_free(&f.out);
@@ -266,27 +276,71 @@ static void *find_thread(void *arg) {
   return NULL;
 }
 
-/* The root's entries, read once so the threads can share them out. */
-static void list_root(struct find_shared *sh) {
-  int fd = dup(sh->rootfd);
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+static void add_item(struct find_shared *sh, size_t *cap, int dirfd, const char *name, const char *prefix,
+                     unsigned char type) {
+  if (sh->n == *cap) {
+    *cap = *cap ? *cap * 2 : 256;
+    sh->items = sbx_reallocarray(sh->items, *cap, sizeof *sh->items);
+  }
+  struct find_item *it = &sh->items[sh->n++];
+  it->dirfd = dirfd;
+  it->name = sbx_strdup(name);
+  size_t pl = strlen(prefix), nl = strlen(name);
+  it->rel = sbx_malloc(pl + nl + 2);
+  memcpy(it->rel, prefix, pl);
+  if (pl) it->rel[pl++] = '/';
+  memcpy(it->rel + pl, name, nl + 1);
+  it->type = type;
+}
+
+/* Append the entries of the directory open at fd (not consumed). */
+static void list_dir(struct find_shared *sh, size_t *cap, int fd, const char *prefix) {
+  int dfd = dup(fd);
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
   if (!d) {
-    if (fd >= 0) close(fd);
+    if (dfd >= 0) close(dfd);
     return;
   }
-  size_t cap = 0;
   struct dirent *de;
-  while ((de = readdir(d)) != NULL) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    if (sh->n == cap) {
-      cap = cap ? cap * 2 : 256;
-      sh->names = sbx_reallocarray(sh->names, cap, sizeof *sh->names);
-      sh->types = sbx_reallocarray(sh->types, cap, sizeof *sh->types);
-    }
-    sh->names[sh->n] = sbx_strdup(de->d_name);
-    sh->types[sh->n++] = de->d_type;
-  }
+  while ((de = readdir(d)) != NULL)
+    if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) add_item(sh, cap, fd, de->d_name, prefix, de->d_type);
   closedir(d); /* a read error skips the rest, as anywhere in the walk */
+}
+
+/* The work list: the root's entries, and while they are too few to keep
+ * every thread busy, the directories among them replaced by their entries
+ * (a project is often one directory under the searched path). */
+static void list_work(struct find_shared *sh, size_t threads) {
+  size_t cap = 0;
+  list_dir(sh, &cap, sh->rootfd, "");
+  for (int level = 0; level < 4 && threads > 1 && sh->n < 4 * threads; level++) {
+    struct find_item *old = sh->items;
+    size_t n = sh->n, dirs = 0;
+    sh->items = NULL;
+    sh->n = cap = 0;
+    for (size_t i = 0; i < n; i++) {
+      struct find_item *it = &old[i];
+      if (it->type != DT_DIR) { /* kept as it is (DT_UNKNOWN: visit looks) */
+        if (sh->n == cap) {
+          cap = cap ? cap * 2 : 256;
+          sh->items = sbx_reallocarray(sh->items, cap, sizeof *sh->items);
+        }
+        sh->items[sh->n++] = *it;
+        continue;
+      }
+      int fd = openat(it->dirfd, it->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) { /* an unreadable directory is skipped, as in the walk */
+        dirs++;
+        sh->dirfds = sbx_reallocarray(sh->dirfds, sh->ndirfds + 1, sizeof *sh->dirfds);
+        sh->dirfds[sh->ndirfds++] = fd;
+        list_dir(sh, &cap, fd, it->rel);
+      }
+      sbx_free(it->name);
+      sbx_free(it->rel);
+    }
+    sbx_free(old);
+    if (dirs == 0) break;
+  }
 }
 
 static void find_main(struct job *j, void *arg) {
@@ -306,9 +360,10 @@ static void find_main(struct job *j, void *arg) {
   while (plen > 0 && q->path[plen - 1] == '/') plen--;
   sh.base = q->path;
   sh.base_len = plen;
-  list_root(&sh);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  size_t extra = cpus > 1 ? (size_t)(cpus < FIND_THREADS ? cpus : FIND_THREADS) - 1 : 0;
+  size_t threads = cpus > 1 ? (size_t)(cpus < FIND_THREADS ? cpus : FIND_THREADS) : 1;
+  list_work(&sh, threads);
+  size_t extra = threads - 1;
   if (extra > sh.n / 2) extra = sh.n / 2; /* a thread per two entries at least */
   pthread_t th[FIND_THREADS];
   size_t started = 0;
@@ -322,9 +377,13 @@ static void find_main(struct job *j, void *arg) {
     sbx_error e;
     job_emit(j, &r, &e);
   }
-  for (size_t i = 0; i < sh.n; i++) sbx_free(sh.names[i]);
-  sbx_free(sh.names);
-  sbx_free(sh.types);
+  for (size_t i = 0; i < sh.n; i++) {
+    sbx_free(sh.items[i].name);
+    sbx_free(sh.items[i].rel);
+  }
+  sbx_free(sh.items);
+  for (size_t i = 0; i < sh.ndirfds; i++) close(sh.dirfds[i]);
+  sbx_free(sh.dirfds);
   pthread_mutex_destroy(&sh.lock);
   close(sh.rootfd);
 }

@@ -173,6 +173,21 @@ static void test_find_matches(void **state) {
   assert_string_equal(got, "");
   assert_int_equal(res.final, SBX_RESP_DONE);
   free(got);
+  /* from the parent: few entries, so the work is shared out a level or two
+   * deeper; still every file once, nothing through the symlinks */
+  char saved[sizeof root];
+  memcpy(saved, root, sizeof root);
+  snprintf(root, sizeof root, "%s", srv.dir);
+  got = find("TODO", NULL, &res);
+  memcpy(root, saved, sizeof root);
+  assert_int_equal(res.final, SBX_RESP_DONE);
+  assert_string_equal(got, "/outside/secret.txt:1:TODO outside\n"
+                           "/tree/.git/config:1:TODO in git\n"
+                           "/tree/a.txt:2:  TODO: fix\n"
+                           "/tree/a.txt:3:bye TODO\n"
+                           "/tree/sub/b.rs:1:fn main() {} // TODO\n"
+                           "/tree/uni.txt:1:naïve TODO ünïcode\n");
+  free(got);
 }
 
 static void test_find_errors(void **state) {
