@@ -25,6 +25,7 @@
 
 #define REPLACE_FILE_MAX (8u * 1024 * 1024)   /* larger files: count 0 (§6) */
 #define REPLACE_OUT_MAX (256u * 1024 * 1024) /* bound on one rewritten file */
+#define REPLACE_PLAIN_RENAME (1024 * 1024)    /* below: commit with rename(2) */
 
 struct repl_req {
   char **files;
@@ -117,7 +118,11 @@ static int commit(const char *path, const struct stat *st, const char *data, siz
   if (!err && fchown(fd, st->st_uid, st->st_gid) < 0) err = errno;
   if (!err && fchmod(fd, st->st_mode & 07777) < 0) err = errno; /* after chown, which clears set-id bits */
   if (close(fd) < 0 && !err) err = errno;
-  if (!err && replace_at(AT_FDCWD, tmp, AT_FDCWD, path) < 0) err = errno;
+  /* replace_at spares a large file ext4's flush inside rename; for small
+   * ones its exchange and unlink cost more than the flush (bench/find:
+   * 500 files of 5 KB under load, 776 ms with replace_at, 270 ms plain). */
+  if (!err && (n < REPLACE_PLAIN_RENAME ? rename(tmp, path) : replace_at(AT_FDCWD, tmp, AT_FDCWD, path)) < 0)
+    err = errno;
   if (err) unlink(tmp);
   return -err;
 }
