@@ -116,6 +116,29 @@ const mcp_tool mcp_tools[] = {
      "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
      "\"additionalProperties\":false}",
      false, true, true, mcp_unsupported, NULL},
+    {"search", "Search files",
+     "Search the text files under a directory of a sandbox for lines matching a regex (PCRE2 syntax, UTF-8, "
+     "searched within each line); returns each match's file, line number and line content (at most 1000, "
+     "truncated=true beyond). Binary files, files over 8 MiB and symlinks are skipped. Prefer it to grep through "
+     "exec.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     PATH_PROP ","
+     "\"pattern\":{\"type\":\"string\",\"description\":\"regex, e.g. TODO|FIXME or (?i)^\\\\s*def \\\\w+\"},"
+     "\"glob\":{\"type\":\"string\",\"description\":\"only files whose name matches, * and ? wildcards, e.g. *.py\"}},"
+     "\"required\":[\"sandbox_id\",\"path\",\"pattern\"],\"additionalProperties\":false}",
+     true, false, true, NULL, mcp_search},
+    {"replace", "Replace in files",
+     "Replace every match of a regex in each of the given files of a sandbox (the whole file content, not line "
+     "by line; use (?m) for ^ and $ at lines). The replacement may use $1, $name, ${name} for groups and $$ for "
+     "a dollar. Each file is rewritten atomically keeping its mode and owner; returns the count per file. A "
+     "failure stops at that file: the files before it stay changed.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"files\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^/\"},\"minItems\":1,"
+     "\"description\":\"absolute paths of the files to rewrite\"},"
+     "\"pattern\":{\"type\":\"string\",\"description\":\"regex (PCRE2 syntax)\"},"
+     "\"replacement\":{\"type\":\"string\",\"description\":\"replacement text with $1 / ${name} / $$\"}},"
+     "\"required\":[\"sandbox_id\",\"files\",\"pattern\",\"replacement\"],\"additionalProperties\":false}",
+     false, true, false, NULL, mcp_replace},
     {NULL, NULL, NULL, NULL, false, false, false, NULL, NULL},
 };
 
@@ -148,6 +171,7 @@ static bool type_ok(const char *type, json_t *v) {
   if (strcmp(type, "integer") == 0) return json_is_integer(v);
   if (strcmp(type, "boolean") == 0) return json_is_boolean(v);
   if (strcmp(type, "object") == 0) return json_is_object(v);
+  if (strcmp(type, "array") == 0) return json_is_array(v);
   return true;
 }
 

@@ -36,6 +36,16 @@ const rcmd sbxctl_cmds[] = {
      "Manage persistent shell sessions (run commands in one with exec --session)."},
     {"pools", cmd_pools, "[show] | set FILE|-",
      "Show the node's pools, or replace them with the JSON {\"pools\":[...]} of PUT /v1/pools."},
+    {"find", cmd_find, "ID PATTERN [PATH] [--glob GLOB]",
+     "Search the files under PATH (default /) in the sandbox for lines matching the regex PATTERN (PCRE2, "
+     "UTF-8; binary files, files over 8 MiB and symlinks are skipped). Prints FILE:LINE:CONTENT; --glob keeps "
+     "files whose name matches (* and ?)."},
+    {"replace", cmd_replace, "ID PATTERN REPLACEMENT FILE...",
+     "Replace every match of the regex PATTERN in each FILE of the sandbox ($1, $name, ${name} insert groups, "
+     "$$ a dollar). Each file is rewritten atomically, keeping its mode and owner. Prints FILE: COUNT."},
+    {"watch", cmd_watch, "ID PATH [--recursive] [--count N]",
+     "Print changes under PATH in the sandbox as they happen (KIND PATH; kinds created, modified, deleted, "
+     "renamed) until interrupted, or after N events. --recursive follows the whole tree."},
     {"drain", cmd_drain, "", "Cordon the node: new claims are refused, warm sandboxes destroyed."},
     {"uncordon", cmd_uncordon, "", "Lift a drain."},
     {"completion", cmd_completion, "bash|zsh|fish", "Print the shell completion script for bash, zsh or fish."},

@@ -83,5 +83,8 @@ int cmd_cp(rctx *r, int argc, char **argv);
 int cmd_cat(rctx *r, int argc, char **argv);
 int cmd_put(rctx *r, int argc, char **argv);
 int cmd_completion(rctx *r, int argc, char **argv);
+int cmd_find(rctx *r, int argc, char **argv);
+int cmd_replace(rctx *r, int argc, char **argv);
+int cmd_watch(rctx *r, int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@
  * that connection ends, as sandboxd's signal to take the socket back.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -190,6 +191,10 @@ void conn_want_writable(struct conn *c) {
   if (evbuffer_get_length(c->out) < SILKD_OUT_LOW) event_add(c->wev, NULL);
 }
 
+static bool conn_queue(struct conn *c, const void *p, size_t n);
+
+bool conn_send_raw(struct conn *c, const void *p, size_t n) { return conn_queue(c, p, n); }
+
 static bool conn_queue(struct conn *c, const void *p, size_t n) {
   if (c->broken) return false;
   bool was_empty = evbuffer_get_length(c->out) == 0;
@@ -280,8 +285,9 @@ void conn_rpc_begin(struct conn *c, const struct rpc_ops *ops, void *rpc) {
   c->input_ended = false;
   c->input_paused = false;
   c->aborted = false;
-  /* A connection that broke during the dispatch call still needs abort. */
-  if (c->broken) kick(c);
+  /* A connection that broke during the dispatch call still needs abort;
+   * a cancel-on-input RPC needs its input watched from now on. */
+  if (c->broken || ops->mode == SBX_INPUT_CANCEL) kick(c);
 }
 
 void conn_rpc_done(struct conn *c) {
@@ -523,6 +529,24 @@ static bool may_read(const struct conn *c) {
   return c->ops->mode == SBX_INPUT_FED || c->ops->mode == SBX_INPUT_UPLOAD;
 }
 
+/* §2.6d: any readable state (a byte, end of stream, an error) stops a
+ * cancel-on-input RPC with no final frame. Nothing is consumed: the bytes
+ * stay for the §2.5 loop once the RPC is gone. */
+static void cancel_watch(struct conn *c) {
+  if (!c->in_rpc || c->aborted || c->broken || c->ops->mode != SBX_INPUT_CANCEL) return;
+  bool input = c->eof || sbx_frame_reader_pending(c->fr) > 0;
+  if (!input) {
+    struct pollfd p = {.fd = c->fd_in, .events = POLLIN | POLLRDHUP};
+    input = poll(&p, 1, 0) != 0;
+  }
+  if (!input) {
+    event_add(c->rev, NULL);
+    return;
+  }
+  c->aborted = true;
+  if (c->ops->abort) c->ops->abort(c->rpc);
+}
+
 static void conn_pump(struct conn *c) {
   if (c->pumping) return;
   c->pumping = true;
@@ -575,6 +599,7 @@ static void conn_pump(struct conn *c) {
       break;
     }
   }
+  cancel_watch(c);
   c->pumping = false;
   if (c->broken && c->in_rpc && !c->aborted) kick(c);
   else conn_maybe_free(c);

@@ -41,6 +41,9 @@ static const verb_fn verbs[SBX_OP__COUNT] = {
     [SBX_OP_PTY_OPEN] = verb_pty_open,
     [SBX_OP_PTY_RESIZE] = verb_pty_resize,
     [SBX_OP_PORT_FORWARD] = verb_port_forward,
+    [SBX_OP_FS_FIND] = verb_fs_find,
+    [SBX_OP_FS_REPLACE] = verb_fs_replace,
+    [SBX_OP_FS_WATCH] = verb_fs_watch,
 };
 
 void dispatch(struct conn *c, sbx_wire_req *req) {

@@ -3,7 +3,8 @@
  * silkd is one libevent loop: every connection, child pipe, pty and forwarded
  * socket is a non-blocking descriptor on it, so a stuck peer can only ever
  * stall its own RPC. The only threads are the tar workers (fs_push/fs_pull),
- * because libarchive pulls and pushes with blocking calls.
+ * because libarchive pulls and pushes with blocking calls, and the jobs of
+ * fs_find/fs_replace (job.c), whose walks and regexes must not hold the loop.
  */
 #ifndef SILKD_H
 #define SILKD_H
@@ -87,6 +88,8 @@ bool conn_send_simple(struct conn *c, sbx_wire_type t);
 bool conn_send_exit(struct conn *c, int32_t code);
 bool conn_send_started(struct conn *c, uint32_t pid);
 bool conn_send_bulk(struct conn *c, sbx_wire_bulk kind, const void *p, size_t n);
+/* Frames already encoded elsewhere (a worker's pipe): queued as they are. */
+bool conn_send_raw(struct conn *c, const void *p, size_t n);
 size_t conn_out_len(const struct conn *c);
 bool conn_broken(const struct conn *c);
 /* Ask for rpc_ops.writable once the queue falls below SILKD_OUT_LOW. */
@@ -196,6 +199,27 @@ void verb_fs_pull(struct conn *c, sbx_wire_req *req);
 void verb_pty_open(struct conn *c, sbx_wire_req *req);
 void verb_pty_resize(struct conn *c, sbx_wire_req *req);
 void verb_port_forward(struct conn *c, sbx_wire_req *req);
+
+/* ---- verbs on a worker thread streaming encoded frames (job.c) ---- */
+struct job;
+typedef void (*job_fn)(struct job *j, void *arg);
+/* Run fn(j, arg) on a thread as the connection's RPC; fn sends every frame
+ * with job_emit, the final one included. arg_free(arg) runs when the job is
+ * gone. cancel_on_input: input mode cancel (§2.6d), else none. */
+void job_start(struct conn *c, bool cancel_on_input, job_fn fn, void *arg, void (*arg_free)(void *arg));
+/* Worker side. job_emit fails (-1) on a frame over the cap (err says so)
+ * or once cancelled; job_cancelled is cheap enough to poll per file. */
+int job_emit(struct job *j, const sbx_wire_resp *r, sbx_error *err);
+int job_flush(struct job *j);
+/* Encoded frames from any worker thread, written whole (a mutex). */
+int job_write(struct job *j, const char *p, size_t n);
+bool job_cancelled(struct job *j);
+void job_error(struct job *j, sbx_wire_error_kind kind, const char *msg);
+void job_os_error(struct job *j, int errnum, const char *ctx); /* ENOENT: not_found */
+
+void verb_fs_find(struct conn *c, sbx_wire_req *req);
+void verb_fs_replace(struct conn *c, sbx_wire_req *req);
+void verb_fs_watch(struct conn *c, sbx_wire_req *req);
 
 /* ---- a non-blocking writer into a pipe or socket (fdwriter.c) ---- */
 struct fdwriter;

@@ -124,6 +124,52 @@ int sbx_agent_next_data(sbx_agent *a, const void **data, size_t *n, sbx_error *e
 int sbx_agent_upload_write(sbx_agent *a, const void *data, size_t n, sbx_error *err);
 int sbx_agent_upload_end(sbx_agent *a, sbx_error *err);
 
+/* ---- search, replace and watch (§5.7, §5.8; libsandbox/agent/search.c) ----
+ * Results stream through the callbacks as the frames arrive. A callback's
+ * non-zero return stops the call: it then returns that value when negative,
+ * 0 when positive, and the connection is unusable (the rest of the stream
+ * is not read); close it. */
+typedef struct sbx_find_opts {
+  size_t struct_size;  /* SBX_FIND_OPTS_INIT */
+  const char *path;    /* root directory of the search */
+  const char *pattern; /* regex (PCRE2, UTF + UCP), unanchored within each line */
+  const char *glob;    /* base-name filter: `*`, `?`, the rest literal; NULL = every file */
+  int (*on_match)(void *ud, const sbx_resp_match *m);
+  void *ud;
+} sbx_find_opts;
+#define SBX_FIND_OPTS_INIT(...) {.struct_size = sizeof(sbx_find_opts), __VA_ARGS__}
+
+typedef struct sbx_replace_opts {
+  size_t struct_size;       /* SBX_REPLACE_OPTS_INIT */
+  const char *const *files; /* rewritten in this order, each atomically */
+  size_t nfiles;
+  const char *pattern;
+  const char *replacement;  /* $1, $name, ${name}, $$ */
+  int (*on_replaced)(void *ud, const sbx_resp_replaced *r);
+  void *ud;
+} sbx_replace_opts;
+#define SBX_REPLACE_OPTS_INIT(...) {.struct_size = sizeof(sbx_replace_opts), __VA_ARGS__}
+
+typedef struct sbx_watch_opts {
+  size_t struct_size; /* SBX_WATCH_OPTS_INIT */
+  const char *path;
+  bool recursive;            /* the whole tree, directories created later included */
+  void (*on_ready)(void *ud); /* the watch is armed: every later change is reported */
+  int (*on_event)(void *ud, const sbx_resp_event *ev);
+  void *ud;
+} sbx_watch_opts;
+#define SBX_WATCH_OPTS_INIT(...) {.struct_size = sizeof(sbx_watch_opts), __VA_ARGS__}
+
+/* fs_find to its `done`. */
+int sbx_agent_find(sbx_agent *a, const sbx_find_opts *opts, sbx_error *err);
+/* fs_replace to its `done`; an error after some files leaves those
+ * rewritten (each file is old or new, the list is not atomic). */
+int sbx_agent_replace(sbx_agent *a, const sbx_replace_opts *opts, sbx_error *err);
+/* fs_watch: runs until on_event returns non-zero (the usual end: the watch
+ * is then cancelled by closing the connection) or silkd ends it with an
+ * error (an overflow, SBX_E_REMOTE). */
+int sbx_agent_watch(sbx_agent *a, const sbx_watch_opts *opts, sbx_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -276,6 +276,13 @@ int sbx_sandbox_mkdir(sbx_sandbox *s, const char *path, bool parents, sbx_error 
 int sbx_sandbox_remove(sbx_sandbox *s, const char *path, bool recursive, sbx_error *err);
 int sbx_sandbox_rename(sbx_sandbox *s, const char *from, const char *to, sbx_error *err);
 
+/* Search, replace and watch (§5.7, §5.8), options and callbacks as for
+ * sbx_agent_find, sbx_agent_replace and sbx_agent_watch (agent.h). A watch
+ * holds a connection of its own until on_event stops it. */
+int sbx_sandbox_find(sbx_sandbox *s, const sbx_find_opts *opts, sbx_error *err);
+int sbx_sandbox_replace(sbx_sandbox *s, const sbx_replace_opts *opts, sbx_error *err);
+int sbx_sandbox_watch(sbx_sandbox *s, const sbx_watch_opts *opts, sbx_error *err);
+
 /* Tar streams (§5.6): push extracts an uncompressed tar read from fd into
  * dest; pull writes the tar of path (rooted at its basename) to fd. */
 int sbx_sandbox_push(sbx_sandbox *s, const char *dest, int fd, sbx_error *err);

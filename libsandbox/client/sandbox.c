@@ -246,3 +246,17 @@ int sbx_sandbox_remove(sbx_sandbox *s, const char *path, bool recursive, sbx_err
 int sbx_sandbox_rename(sbx_sandbox *s, const char *from, const char *to, sbx_error *err) {
   ONE_RPC(s, err, sbx_agent_rename(a, from, to, err));
 }
+
+int sbx_sandbox_find(sbx_sandbox *s, const sbx_find_opts *opts, sbx_error *err) {
+  ONE_RPC(s, err, sbx_agent_find(a, opts, err));
+}
+
+int sbx_sandbox_replace(sbx_sandbox *s, const sbx_replace_opts *opts, sbx_error *err) {
+  ONE_RPC(s, err, sbx_agent_replace(a, opts, err));
+}
+
+/* A watch that ended normally was cancelled by leaving its stream unread:
+ * the agent is unusable then, and conn_put closes it instead of parking. */
+int sbx_sandbox_watch(sbx_sandbox *s, const sbx_watch_opts *opts, sbx_error *err) {
+  ONE_RPC(s, err, sbx_agent_watch(a, opts, err));
+}

@@ -202,7 +202,8 @@ async function sdkSession() {
       assert.equal(typeof t.annotations?.destructiveHint, 'boolean', `${t.name}: destructiveHint`);
     }
     const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
-    for (const ro of ['read_file', 'list_dir', 'ps', 'logs', 'node_info']) assert.equal(byName[ro].annotations.readOnlyHint, true, ro);
+    for (const ro of ['read_file', 'list_dir', 'ps', 'logs', 'node_info', 'search']) assert.equal(byName[ro].annotations.readOnlyHint, true, ro);
+    assert.equal(byName.replace.annotations.readOnlyHint, false, 'replace');
     for (const d of ['exec', 'write_file', 'release', 'kill']) {
       assert.equal(byName[d].annotations.readOnlyHint, false, d);
       assert.equal(byName[d].annotations.destructiveHint, true, d);
@@ -255,6 +256,19 @@ async function sdkSession() {
     assert.ok(ent, JSON.stringify(r));
     assert.equal(ent.type, 'file');
     assert.equal(ent.size, Buffer.byteLength(content));
+
+    // search and replace through the jail's silkd
+    r = ok(await call('search', { sandbox_id: id, path: '/tmp/mcp', pattern: '\\w+: ü' }), 'search');
+    assert.deepEqual(r.matches, [{ file: '/tmp/mcp/a.txt', line: 2, content: 'line two: ünïcødé' }]);
+    r = await call('search', { sandbox_id: id, path: '/tmp/mcp', pattern: 'two(' });
+    assert.equal(r.isError, true, 'a rejected pattern is a tool error');
+    assert.match(r.content[0].text, /missing closing parenthesis/);
+    r = ok(await call('replace', { sandbox_id: id, files: ['/tmp/mcp/a.txt'], pattern: '(?m)^line (\\w+)', replacement: 'row ${1}' }), 'replace');
+    assert.deepEqual(r, { files: [{ file: '/tmp/mcp/a.txt', replacements: 1 }], total: 1 });
+    r = ok(await call('read_file', { sandbox_id: id, path: '/tmp/mcp/a.txt' }), 'read_file after replace');
+    assert.equal(r.content, 'hello from mcp\nrow two: ünïcødé\n');
+    r = ok(await call('replace', { sandbox_id: id, files: ['/tmp/mcp/a.txt'], pattern: 'row', replacement: 'line' }), 'replace back');
+    log('search and replace: ok');
 
     r = await call('read_file', { sandbox_id: id, path: '/tmp/mcp' });
     assert.equal(r.isError, true);

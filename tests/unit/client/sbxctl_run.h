@@ -11,6 +11,7 @@
 #include "../../../sbxctl/cmd_exec.c"
 #include "../../../sbxctl/cmd_completion.c"
 #include "../../../sbxctl/cmd_fs.c"
+#include "../../../sbxctl/cmd_search.c"
 #include "../../../sbxctl/cmd_sandbox.c"
 #include "../../../sbxctl/cmd_shell.c"
 #include "../../../sbxctl/remote.c"

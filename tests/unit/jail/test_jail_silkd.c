@@ -44,6 +44,70 @@ static void test_exec_through_silkd(void **state) {
   assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
 }
 
+/* find, replace and watch served by the jail's silkd: a symlink inside
+ * the searched or watched tree leads nowhere (here to the sandbox's own
+ * /etc and /tmp), and replace refuses a symlink before touching a file. */
+struct jail_watch {
+  sbx_agent *other; /* makes the changes while the watch runs */
+  char seen[4096];
+};
+
+static void jw_ready(void *ud) {
+  struct jail_watch *w = ud;
+  char out[256];
+  assert_int_equal(jt_sh(w->other, "echo x > /tmp/outside.txt; mkdir /work/t/newdir; echo y > /work/t/newdir/in.txt",
+                         out, sizeof out),
+                   0);
+}
+
+static int jw_event(void *ud, const sbx_resp_event *ev) {
+  struct jail_watch *w = ud;
+  size_t l = strlen(w->seen);
+  snprintf(w->seen + l, sizeof w->seen - l, "%s\n", ev->path);
+  return strcmp(ev->path, "/work/t/newdir/in.txt") == 0;
+}
+
+static int jf_match(void *ud, const sbx_resp_match *m) {
+  size_t l = strlen(ud);
+  snprintf((char *)ud + l, 4096 - l, "%s:%llu\n", m->file, (unsigned long long)m->line);
+  return 0;
+}
+
+static void test_find_replace_watch_in_jail(void **state) {
+  (void)state;
+  sbx_instance *s = jt_clone(&T, "sk-find");
+  sbx_agent *a = jt_agent(s);
+  char out[4096];
+  assert_int_equal(jt_sh(a, "mkdir -p /work/t && cd /work/t && echo 'root:x:0:0 in the tree' > mine.txt && "
+                            "ln -s /etc etc && ln -s /etc/passwd passwd && ln -s / up && ln -s /tmp tmp",
+                         out, sizeof out),
+                   0);
+  char got[4096] = "";
+  sbx_find_opts fo = SBX_FIND_OPTS_INIT(.path = "/work/t", .pattern = "^root:", .on_match = jf_match, .ud = got);
+  sbx_error err = {0};
+  assert_int_equal(sbx_agent_find(a, &fo, &err), 0);
+  assert_string_equal(got, "/work/t/mine.txt:1\n");
+  const char *files[] = {"/work/t/mine.txt", "/work/t/passwd"};
+  sbx_replace_opts ro = SBX_REPLACE_OPTS_INIT(.files = files, .nfiles = 2, .pattern = "root", .replacement = "toor");
+  assert_int_equal(sbx_agent_replace(a, &ro, &err), SBX_E_REMOTE);
+  assert_int_equal(err.detail, SBX_ERR_BAD_REQUEST);
+  assert_int_equal(jt_sh(a, "head -c 4 /work/t/mine.txt; head -c 4 /etc/passwd", out, sizeof out), 0);
+  assert_string_equal(out, "rootroot");
+  ro.nfiles = 1;
+  assert_int_equal(sbx_agent_replace(a, &ro, &err), 0);
+  assert_int_equal(jt_sh(a, "head -c 4 /work/t/mine.txt", out, sizeof out), 0);
+  assert_string_equal(out, "toor");
+  struct jail_watch w = {.other = jt_agent(s)};
+  sbx_watch_opts wo = SBX_WATCH_OPTS_INIT(.path = "/work/t", .recursive = true, .on_ready = jw_ready,
+                                          .on_event = jw_event, .ud = &w);
+  assert_int_equal(sbx_agent_watch(a, &wo, &err), 0); /* unusable now: the watch was left running */
+  assert_null(strstr(w.seen, "outside"));
+  assert_non_null(strstr(w.seen, "/work/t/newdir\n"));
+  sbx_agent_close(w.other);
+  sbx_agent_close(a);
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
 static void test_silkd_survives_oom_and_fork_bomb(void **state) {
   (void)state;
   sbx_instance *s = jt_clone(&T, "sk-limits");
@@ -320,6 +384,7 @@ static void test_archive_template(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_exec_through_silkd),
+      cmocka_unit_test(test_find_replace_watch_in_jail),
       cmocka_unit_test(test_silkd_survives_oom_and_fork_bomb),
       cmocka_unit_test(test_big_write_gets_enospc),
       cmocka_unit_test(test_big_push_fails_silkd_survives),

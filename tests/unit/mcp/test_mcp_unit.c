@@ -17,6 +17,7 @@
 #include "../../../sbxctl/mcp_tools.c"
 #include "../../../sbxctl/mcp_util.c"
 #include "../../../sbxctl/mcp_verbs.c"
+#include "../../../sbxctl/mcp_search.c"
 
 /* mcp.c's, which the verbs call around a streaming exec */
 bool mcp_call_running(mcp_call *c, sbx_sandbox *s, uint32_t pid) {
@@ -28,7 +29,7 @@ static void test_tool_table(void **state) {
   (void)state;
   json_t *tools = mcp_tools_list();
   assert_non_null(tools);
-  assert_int_equal(json_array_size(tools), 18);
+  assert_int_equal(json_array_size(tools), 20);
   size_t i;
   json_t *t;
   json_array_foreach(tools, i, t) {
@@ -72,6 +73,39 @@ static int check(const char *tool, const char *args_json, sbx_error *err) {
   int rc = mcp_tool_check_args(mcp_tool_find(tool), a, err);
   json_decref(a);
   return rc;
+}
+
+/* search changes nothing; replace rewrites files: the annotations an MCP
+ * client shows must say so, and replace's files must be an array. */
+static void test_search_tools(void **state) {
+  (void)state;
+  json_t *tools = mcp_tools_list();
+  json_t *search = NULL, *replace = NULL, *t;
+  size_t i;
+  json_array_foreach(tools, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    if (strcmp(name, "search") == 0) search = t;
+    if (strcmp(name, "replace") == 0) replace = t;
+  }
+  assert_non_null(search);
+  assert_non_null(replace);
+  json_t *sa = json_object_get(search, "annotations"), *ra = json_object_get(replace, "annotations");
+  assert_true(json_is_true(json_object_get(sa, "readOnlyHint")));
+  assert_true(json_is_false(json_object_get(sa, "destructiveHint")));
+  assert_true(json_is_false(json_object_get(ra, "readOnlyHint")));
+  assert_true(json_is_true(json_object_get(ra, "destructiveHint")));
+  assert_true(json_is_false(json_object_get(ra, "idempotentHint")));
+  json_t *files = json_object_get(json_object_get(json_object_get(replace, "inputSchema"), "properties"), "files");
+  assert_string_equal(json_string_value(json_object_get(files, "type")), "array");
+  json_decref(tools);
+  sbx_error err;
+  assert_int_equal(check("search", "{\"sandbox_id\":\"sb_1\",\"path\":\"/src\",\"pattern\":\"x\"}", &err), 0);
+  assert_int_not_equal(check("search", "{\"sandbox_id\":\"sb_1\",\"path\":\"src\",\"pattern\":\"x\"}", &err), 0);
+  assert_int_not_equal(check("search", "{\"sandbox_id\":\"sb_1\",\"path\":\"/\"}", &err), 0);
+  assert_int_equal(check("replace", "{\"sandbox_id\":\"sb_1\",\"files\":[\"/a\"],\"pattern\":\"x\",\"replacement\":\"y\"}", &err), 0);
+  assert_int_not_equal(
+      check("replace", "{\"sandbox_id\":\"sb_1\",\"files\":\"/a\",\"pattern\":\"x\",\"replacement\":\"y\"}", &err), 0);
+  assert_non_null(strstr(err.msg, "array"));
 }
 
 static void test_check_args(void **state) {
@@ -234,6 +268,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tool_table),
       cmocka_unit_test(test_check_args),
+      cmocka_unit_test(test_search_tools),
       cmocka_unit_test(test_rpc_read),
       cmocka_unit_test(test_utf8_repair),
       cmocka_unit_test(test_unsupported_and_unknown),

@@ -374,8 +374,6 @@ static void test_exec_errors(void **state) {
   expect_error(c, SBX_ERR_BAD_REQUEST, "invalid env name");
   sc_sendf(c, "{\"v\":1,\"op\":\"exec\",\"argv\":[\"tr\\u0000ue\"]}");
   expect_error(c, SBX_ERR_BAD_REQUEST, "invalid argument: NUL byte in ");
-  sc_sendf(c, "{\"v\":1,\"op\":\"fs_find\",\"path\":\"/tmp\",\"pattern\":\"x\"}");
-  expect_error(c, SBX_ERR_UNIMPLEMENTED, "fs_find is not implemented yet");
   sc_sendf(c, "{\"v\":1,\"op\":\"git_status\",\"path\":\"/tmp\"}");
   expect_error(c, SBX_ERR_UNIMPLEMENTED, "git_status is not implemented yet");
   sc_sendf(c, "{\"v\":1,\"op\":\"info\"}");
