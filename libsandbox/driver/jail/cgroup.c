@@ -235,6 +235,15 @@ int jail_cgroup_freeze(jail_cgroup *cg, const char *id, bool frozen, sbx_error *
   return sbx_err(err, SBX_E_TIMEOUT, "cgroup %s did not freeze", id);
 }
 
+bool jail_cgroup_frozen(jail_cgroup *cg, const char *id) {
+  if (!cg->have[CTL_FREEZER]) return false;
+  const char *dir = dir_of(cg, CTL_FREEZER);
+  char buf[256];
+  if (cg->v2) return read_at(dir, id, "cgroup.freeze", buf, sizeof buf) > 0 && buf[0] == '1';
+  return read_at(dir, id, "freezer.state", buf, sizeof buf) > 0 &&
+         (strncmp(buf, "FROZEN", 6) == 0 || strncmp(buf, "FREEZING", 8) == 0);
+}
+
 int jail_cgroup_stats(jail_cgroup *cg, const char *id, sbx_stats *st, sbx_error *err) {
   memset(st, 0, sizeof *st);
   if (!jail_cgroup_exists(cg, id)) return sbx_err(err, SBX_E_NOTFOUND, "no cgroup for %s", id);

@@ -354,6 +354,8 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
     goto fail;
   }
   close(sfd);
+  /* ... and the layers it runs on, which its images stack on (layers.c). */
+  if ((rc = jail_layers_save(dfd, layers, err)) < 0) goto fail;
 
   if (!hook->init_argv) {
     int afd = -1;
@@ -430,14 +432,7 @@ static int jail_resume(sbx_instance *s, sbx_error *err) {
   return jail_cgroup_freeze(s->jd->cg, s->hdr.id, false, err);
 }
 
-static int jail_snapshot(sbx_instance *s, const char *dir, sbx_error *err) {
-  return sbx_err(err, SBX_E_UNSUPPORTED, "jail: snapshot is not implemented yet");
-}
-static int jail_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out,
-                        sbx_error *err) {
-  *out = NULL;
-  return sbx_err(err, SBX_E_UNSUPPORTED, "jail: restore is not implemented yet");
-}
+static bool jail_is_paused(sbx_instance *s) { return jail_cgroup_frozen(s->jd->cg, s->hdr.id); }
 
 static int jail_stats(sbx_instance *s, sbx_stats *out, sbx_error *err) {
   return jail_cgroup_stats(s->jd->cg, s->hdr.id, out, err);
@@ -498,6 +493,9 @@ const sbx_driver_ops sbxi_jail_driver_ops = {
     .resume = jail_resume,
     .snapshot = jail_snapshot,
     .restore = jail_restore,
+    .is_paused = jail_is_paused,
+    .pause_keeps = "memory",
+    .image_keeps = "filesystem",
     .stats = jail_stats,
     .wait = jail_wait,
     .destroy = jail_destroy,
