@@ -144,6 +144,7 @@ static int sock_path(const jail_driver *jd, const char *id, struct sockaddr_un *
 void jail_teardown_host(jail_driver *jd, const char *id) {
   jail_cgroup_remove(jd->cg, id, NULL);
   sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
+  jail_image_drop(jd, id);
 }
 
 static int code_of(int status) {
@@ -474,6 +475,7 @@ int jail_destroy(sbx_instance *s, sbx_error *err) {
   }
   int rc = jail_cgroup_remove(jd->cg, s->hdr.id, err);
   int rc2 = sbxi_rm_rf_at(jd->run_dirfd, s->hdr.id, rc < 0 ? NULL : err);
+  jail_image_drop(jd, s->hdr.id);
   close(s->pidfd);
   sbx_free(s);
   return rc < 0 ? rc : rc2;

@@ -246,6 +246,10 @@ void jail_teardown_host(jail_driver *jd, const char *id);
  * records beside its state file. */
 int jail_layers_save(int sbx_dirfd, const sbx_layers *layers, sbx_error *err);
 int jail_snapshot(sbx_instance *s, const char *dir, sbx_error *err);
+/* The restored sandbox's copy of its image's layers, and the copies whose
+ * sandbox is gone (reconcile). */
+void jail_image_drop(jail_driver *jd, const char *id);
+void jail_images_sweep(jail_driver *jd);
 int jail_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out, sbx_error *err);
 
 /* golden.c, reconcile.c */

@@ -408,20 +408,101 @@ int jail_snapshot(sbx_instance *s, const char *dir, sbx_error *err) {
   return rc;
 }
 
+/* A restored sandbox runs on its own hard-linked copy of the image's
+ * layers, <run_dir>/.images/<id>: the image (a fork's transient one, a
+ * checkpoint) can then be deleted while the sandbox runs, and the copy goes
+ * with the sandbox (destroy, reconcile). Linking costs a directory walk,
+ * no file data. */
+static int images_dirfd(jail_driver *jd, sbx_error *err) {
+  if (mkdirat(jd->run_dirfd, ".images", 0700) < 0 && errno != EEXIST)
+    return sbx_err_os(err, errno, "mkdir %s/.images", jd->run_dir);
+  int fd = openat(jd->run_dirfd, ".images", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  return fd < 0 ? sbx_err_os(err, errno, "open %s/.images", jd->run_dir) : fd;
+}
+
+void jail_image_drop(jail_driver *jd, const char *id) {
+  int fd = openat(jd->run_dirfd, ".images", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  sbxi_rm_rf_at(fd, id, NULL);
+  close(fd);
+}
+
+void jail_images_sweep(jail_driver *jd) {
+  int fd = openat(jd->run_dirfd, ".images", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return;
+  }
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    struct stat st;
+    if (de->d_name[0] == '.' || fstatat(jd->run_dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) continue;
+    sbxi_rm_rf_at(dirfd(d), de->d_name, NULL); /* its sandbox is gone */
+  }
+  closedir(d);
+}
+
+static int link_image(jail_driver *jd, const char *id, manifest *m, sbx_error *err) {
+  int ifd = images_dirfd(jd, err);
+  if (ifd < 0) return ifd;
+  sbxi_rm_rf_at(ifd, id, NULL); /* a stale copy of an earlier sandbox of this id */
+  int rc = 0, dfd = -1;
+  if (mkdirat(ifd, id, 0700) < 0 || (dfd = openat(ifd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+    rc = sbx_err_os(err, errno, "mkdir %s/.images/%s", jd->run_dir, id);
+    close(ifd);
+    return rc;
+  }
+  close(ifd);
+  for (size_t i = 0; rc == 0 && i < m->layers.npoints; i++) {
+    sbx_layer_point *pt = &m->layers.pts[i];
+    for (size_t j = 0, k = 0; rc == 0 && j < pt->nlowers; j++) {
+      if (!m->image[i][j]) continue;
+      char dn[32], path[PATH_MAX];
+      snprintf(dn, sizeof dn, "i%zu", k);
+      mkdirat(dfd, dn, 0755);
+      snprintf(dn, sizeof dn, "i%zu/u%zu", k++, i);
+      rc = copy_layer(pt->lowers[j], dfd, dn, LINK, err);
+      snprintf(path, sizeof path, "%s/.images/%s/%s", jd->run_dir, id, dn);
+      sbx_free(pt->lowers[j]);
+      pt->lowers[j] = sbx_strdup(path);
+    }
+  }
+  if (rc == 0) {
+    int mfd = openat(dfd, ".jail-image", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (mfd < 0) rc = sbx_err_os(err, errno, "mark image of %s", id);
+    else close(mfd);
+  }
+  close(dfd);
+  if (rc < 0) jail_image_drop(jd, id);
+  return rc;
+}
+
 int jail_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out, sbx_error *err) {
   *out = NULL;
+  jail_driver *jd = (jail_driver *)d;
   if (!dir || !spec) return sbx_err(err, SBX_E_INVAL, "restore needs an image directory and a spec");
+  int rc = sbxi_check_id(spec->id, err);
+  if (rc < 0) return rc;
+  struct stat st;
+  if (fstatat(jd->run_dirfd, spec->id, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return sbx_err(err, SBX_E_EXISTS, "sandbox %s already exists", spec->id);
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return sbx_err_os(err, errno, "image %s", dir);
   manifest m;
-  int rc = manifest_read(fd, dir, &m, err);
+  rc = manifest_read(fd, dir, &m, err);
   close(fd);
   if (rc < 0) return rc;
   for (size_t i = 0; rc == 0 && i < m.layers.npoints; i++)
     for (size_t j = 0; rc == 0 && j < m.layers.pts[i].nlowers; j++)
       if (access(m.layers.pts[i].lowers[j], F_OK) != 0)
         rc = sbx_err(err, SBX_E_NOTFOUND, "image %s: layer %s is gone", dir, m.layers.pts[i].lowers[j]);
-  if (rc == 0) rc = jail_start((jail_driver *)d, &m.layers, spec, NULL, out, err);
+  if (rc == 0) rc = link_image(jd, spec->id, &m, err);
+  if (rc == 0) {
+    rc = jail_start(jd, &m.layers, spec, NULL, out, err);
+    if (rc < 0) jail_image_drop(jd, spec->id);
+  }
   manifest_free(&m);
   return rc;
 }

@@ -88,9 +88,17 @@ static void test_before_after_and_branch_of_branch(void **state) {
   sh_ok(c, "echo c > /root/c-only", NULL);
   sh_ok(b, "test ! -e /root/c-only && echo ok", "ok\n");
   sh_ok(a, "test ! -e /root/b-only && echo ok", "ok\n");
+  /* a restored sandbox runs on its own copy: its image can go meanwhile */
+  int fd = open(imgdir, O_PATH | O_DIRECTORY);
+  assert_int_equal(sbxi_rm_rf_at(fd, "ck2", NULL), 0);
+  close(fd);
+  sh_ok(c, "cat /root/before", "one\n");
   destroy(a);
   destroy(b);
   destroy(c);
+  char p[256];
+  snprintf(p, sizeof p, "%s/.images", T.run_dir);
+  assert_int_equal(jt_count_dir(p), 0); /* the copies went with their sandboxes */
 }
 
 static void test_long_chain_flattened_and_self_contained(void **state) {
