@@ -113,7 +113,7 @@ static int body_bool(struct http_req *req, json_t *body, const char *field, bool
 }
 
 /* ttl_seconds per §1.9: absent/0 = 300, > 86400 clamped, negative 400. */
-static int body_ttl(struct http_req *req, json_t *body, int *out) {
+int body_ttl(struct http_req *req, json_t *body, int *out) {
   json_t *v = json_object_get(body, "ttl_seconds");
   *out = TTL_DEFAULT;
   if (!v || json_is_null(v)) return 0;
@@ -272,6 +272,7 @@ void h_renew(struct sbxd *d, struct http_req *req, const char *id) {
 }
 
 void reap_tick(struct sbxd *d) {
+  lifecycle_tick(d);
   int64_t now = now_unix();
   for (size_t i = 0; i < sbx_lease_count(d->leases);) {
     sbx_lease *l = sbx_lease_at(d->leases, i);
@@ -297,12 +298,12 @@ void reap_tick(struct sbxd *d) {
 
 /* ---- the index ---- */
 
-static json_t *row(const sbx_lease *l, bool with_token) {
+static json_t *row(struct sbxd *d, const sbx_lease *l, bool with_token) {
   char dl[64], ca[64];
   fmt_time(l->deadline, 0, false, dl, sizeof dl);
   fmt_time(l->claimed_at, 0, false, ca, sizeof ca);
   json_t *o = json_pack("{s:s,s:o,s:s,s:s,s:b}", "id", l->id, "key", key_json(&l->key), "deadline", dl,
-                        "claimed_at", ca, "hibernated", 0);
+                        "claimed_at", ca, "hibernated", lease_hibernated(d, l));
   if (l->claim_ref) json_object_set_new(o, "claim_ref", json_string(l->claim_ref));
   if (with_token) json_object_set_new(o, "token", json_string(l->token));
   return o;
@@ -318,7 +319,7 @@ void h_list(struct sbxd *d, struct http_req *req) {
   for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) {
     if (who.tenant && strcmp(l->tenant, who.tenant->name) != 0) continue;
     if (ref && (!l->claim_ref || strcmp(l->claim_ref, ref) != 0)) continue;
-    json_array_append_new(arr, row(l, false));
+    json_array_append_new(arr, row(d, l, false));
   }
   reply_json(req, 200, json_pack("{s:o}", "sandboxes", arr));
 }
@@ -331,7 +332,7 @@ void h_get(struct sbxd *d, struct http_req *req, const char *id) {
     reply_error(req, 404, "unknown sandbox");
     return;
   }
-  reply_json(req, 200, row(l, who.presented));
+  reply_json(req, 200, row(d, l, who.presented));
 }
 
 void h_stats(struct sbxd *d, struct http_req *req, const char *id) {
@@ -364,7 +365,7 @@ void h_stats(struct sbxd *d, struct http_req *req, const char *id) {
   fmt_time(ts.tv_sec, 0, false, at, sizeof at);
   reply_json(req, 200,
              json_pack("{s:s,s:i,s:I,s:I,s:b,s:b,s:s}", "id", l->id, "cpu_count", cpus, "mem_total_bytes", mem,
-                       "mem_used_bytes", (json_int_t)st.mem_used, "mem_used_measured", st.measured, "hibernated", 0,
+                       "mem_used_bytes", (json_int_t)st.mem_used, "mem_used_measured", st.measured, "hibernated", lease_hibernated(d, l),
                        "measured_at", at));
 }
 

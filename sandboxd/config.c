@@ -526,6 +526,8 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
     } else if (strcmp(k, "refill_concurrency") == 0) {
       rc = get_int(v, k, 1, &c->refill_concurrency, errbuf, errlen);
       if (rc == 0 && c->refill_concurrency > 256) rc = fail(errbuf, errlen, "refill_concurrency: at most 256");
+    } else if (strcmp(k, "idle_hibernate_seconds") == 0) {
+      rc = get_int(v, k, 0, &c->idle_hibernate_seconds, errbuf, errlen);
     } else if (strcmp(k, "release_delay_seconds") == 0) {
       rc = get_int(v, k, 0, &c->release_delay_seconds, errbuf, errlen);
     } else if (strcmp(k, "sync_claims") == 0) {

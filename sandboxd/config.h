@@ -40,6 +40,7 @@ struct config {
   int max_fork_count;
   int refill_concurrency;
   int release_delay_seconds;
+  int idle_hibernate_seconds; /* node-wide, for unpooled keys (§5.5); 0 = off */
   bool sync_claims;
   bool audit_log;
   /* Agent upgrades over a Unix agent channel pass the client socket to

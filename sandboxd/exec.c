@@ -269,7 +269,7 @@ void h_exec(struct sbxd *d, struct http_req *req, const char *id) {
   json_int_t timeout;
   int rc = build_frame(req, body, &frame, &timeout);
   json_decref(body);
-  if (rc < 0) return;
+  if (rc < 0 || lease_touch(d, req, l) < 0) return; /* a hibernated sandbox wakes (§5.6) */
   int fd = -1;
   sbx_error err;
   if (!l->inst || inst_connect(l->inst, &fd, &err) < 0) {

@@ -274,6 +274,11 @@ static void usage_rotate(struct sbxd *d) {
 }
 
 void usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref) {
+  usage_event_children(d, ev, l, ref, NULL, 0);
+}
+
+void usage_event_children(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref,
+                          const char *const *children, size_t nchildren) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   char t[64];
@@ -290,6 +295,11 @@ void usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char 
   }
   if (l->tenant[0]) line_str(&w, ",", "tenant", l->tenant);
   if (ref) line_str(&w, ",", "ref", ref);
+  for (size_t i = 0; i < nchildren; i++) {
+    if (i == 0) line_raw(&w, ",\"children\":[", 13);
+    line_fmt(&w, "%s\"%s\"", i ? "," : "", children[i]); /* sandbox ids: [a-z0-9_] */
+  }
+  if (nchildren) line_raw(&w, "]", 1);
   line_raw(&w, "}\n", 2);
   if (w.overflow) { /* every field is bounded (see LINE_MAX_BYTES): not expected */
     sbx_warn("usage.jsonl: %s event of %s too long to record", ev, l->id);

@@ -91,6 +91,9 @@ static void route_sandbox(struct sbxd *d, struct http_req *req, const char *rest
   else if (strcmp(verb, "agent") == 0) h_agent(d, req, id);
   else if (strcmp(verb, "ports") == 0) h_port(d, req, id, arg);
   else if (strcmp(verb, "owner") == 0) h_owner(d, req, id);
+  else if (strcmp(verb, "hibernate") == 0) h_hibernate(d, req, id);
+  else if (strcmp(verb, "wake") == 0) h_wake(d, req, id);
+  else if (strcmp(verb, "fork") == 0) h_fork(d, req, id);
   else not_implemented(req, verb);
 }
 
@@ -164,5 +167,8 @@ bool router_head(struct http_req *req, void *arg) {
   if (strcmp(verb, "release") == 0 || strcmp(verb, "renew") == 0)
     return auth_sbx(d, req, id, true, "unknown sandbox") != NULL;
   if (strcmp(verb, "exec") == 0) return auth_sbx(d, req, id, false, "unknown sandbox") != NULL;
+  if (strcmp(verb, "hibernate") == 0 || strcmp(verb, "wake") == 0)
+    return auth_sbx(d, req, id, true, "unknown sandbox") != NULL;
+  if (strcmp(verb, "fork") == 0) return auth_node(d, req, false, &who) == 0;
   return true;
 }

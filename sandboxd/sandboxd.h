@@ -88,6 +88,9 @@ int journal_del(struct sbxd *d, const char *id, sbx_error *err);
 /* Journalled claims (snapshot + log) as a JSON array; caller decrefs. */
 json_t *journal_read_claims(struct sbxd *d);
 void usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref);
+/* The same with "children" (the fork event, §6.1). */
+void usage_event_children(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref,
+                          const char *const *children, size_t nchildren);
 int journal_write_pools(struct sbxd *d, const struct pool_cfg *p, size_t n, sbx_error *err);
 /* pools.json if present: 1 and the pools, 0 if absent, -1 on error. */
 int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, char *errbuf, size_t errlen);
@@ -131,6 +134,25 @@ void reap_tick(struct sbxd *d);
 void arm_kick(struct sbxd *d);
 int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err); /* takes p */
 int recover(struct sbxd *d, sbx_error *err);
+
+/* ---- lifecycle.c: hibernate, wake, fork, idle hibernate (§4.5, 4.6,
+ * 4.10, 5.5, 5.6, 5.8) ---- */
+void h_hibernate(struct sbxd *d, struct http_req *req, const char *id);
+void h_wake(struct sbxd *d, struct http_req *req, const char *id);
+void h_fork(struct sbxd *d, struct http_req *req, const char *id);
+/* Hibernated now (the driver's view, which survives a restart). */
+bool lease_hibernated(struct sbxd *d, const sbx_lease *l);
+/* A data-plane use (agent, ports, exec): wakes a hibernated sandbox
+ * first and restarts its idle clock. -1 with 500 "wake failed" answered. */
+int lease_touch(struct sbxd *d, struct http_req *req, sbx_lease *l);
+/* Idle auto-hibernate, on the reap tick. */
+void lifecycle_tick(struct sbxd *d);
+/* At start: transient images a killed daemon left. */
+void lifecycle_recover(struct sbxd *d);
+/* The ownership proof of §2.5 (body "token"); NULL with the error answered. */
+sbx_lease *auth_proof(struct sbxd *d, struct http_req *req, const char *id, json_t *body, const struct caller *who);
+/* ttl_seconds per §1.9 (claims.c); -1 with 400 answered. */
+int body_ttl(struct http_req *req, json_t *body, int *out);
 
 /* ---- exec.c ---- */
 void h_exec(struct sbxd *d, struct http_req *req, const char *id);
