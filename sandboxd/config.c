@@ -258,6 +258,7 @@ void config_free(struct config *c) {
   if (!c) return;
   sbx_free(c->listen_host);
   sbx_free(c->data_dir);
+  sbx_free(c->checkpoint_dir);
   sbx_free(c->driver);
   sbx_free(c->templates_dir);
   sbx_free(c->advertise_addr);
@@ -508,6 +509,10 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
         rc = fail(errbuf, errlen, "driver: \"%s\" is not one of jail, qemu, auto", c->driver);
     } else if (strcmp(k, "templates_dir") == 0) {
       rc = get_str(v, k, &c->templates_dir, errbuf, errlen);
+    } else if (strcmp(k, "checkpoint_dir") == 0) {
+      rc = get_str(v, k, &c->checkpoint_dir, errbuf, errlen);
+    } else if (strcmp(k, "checkpoint_ttl_hours") == 0) {
+      rc = get_int(v, k, 0, &c->checkpoint_ttl_hours, errbuf, errlen);
     } else if (strcmp(k, "advertise_addr") == 0) {
       rc = get_str(v, k, &c->advertise_addr, errbuf, errlen);
     } else if (strcmp(k, "client_advertise") == 0) {

@@ -41,6 +41,8 @@ struct config {
   int refill_concurrency;
   int release_delay_seconds;
   int idle_hibernate_seconds; /* node-wide, for unpooled keys (§5.5); 0 = off */
+  char *checkpoint_dir;       /* NULL = <data_dir>/checkpoints (§5.9) */
+  int checkpoint_ttl_hours;   /* 0 = records are kept until deleted */
   bool sync_claims;
   bool audit_log;
   /* Agent upgrades over a Unix agent channel pass the client socket to

@@ -74,6 +74,8 @@ static int manifest_write(int dirfd, const manifest *m, bool sync, sbx_error *er
 
 static void manifest_free(manifest *m) { sbxi_layers_free(&m->layers); }
 
+/* what: the directory holding the manifest, which relative "I" lines
+ * (an image's own layers) are read against, so an image can be moved. */
 static int manifest_read(int dirfd, const char *what, manifest *m, sbx_error *err) {
   memset(m, 0, sizeof *m);
   int fd = openat(dirfd, "layers", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -104,7 +106,8 @@ static int manifest_read(int dirfd, const char *what, manifest *m, sbx_error *er
         goto out;
       }
       snprintf(m->layers.pts[m->layers.npoints++].name, SBX_POINT_NAME_MAX, "%s", line + 2);
-    } else if ((line[0] == 'L' || line[0] == 'I') && line[1] == ' ' && line[2] == '/' && m->layers.npoints > 0) {
+    } else if ((line[0] == 'L' || line[0] == 'I') && line[1] == ' ' && m->layers.npoints > 0 &&
+               (line[2] == '/' || (line[0] == 'I' && line[2] != '\0' && !strstr(line + 2, "..")))) {
       size_t p = m->layers.npoints - 1;
       /* pushed below the ones read so far: the file lists them top first */
       sbx_layer_point *pt = &m->layers.pts[p];
@@ -113,7 +116,13 @@ static int manifest_read(int dirfd, const char *what, manifest *m, sbx_error *er
         goto out;
       }
       m->image[p][pt->nlowers] = line[0] == 'I';
-      pt->lowers[pt->nlowers++] = sbx_strdup(line + 2);
+      if (line[2] == '/') {
+        pt->lowers[pt->nlowers++] = sbx_strdup(line + 2);
+      } else {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", what, line + 2);
+        pt->lowers[pt->nlowers++] = sbx_strdup(path);
+      }
     } else {
       rc = sbx_err(err, SBX_E_PARSE, "%s: unreadable layer manifest line", what);
       goto out;
@@ -319,7 +328,7 @@ static int copy_upper(sbx_instance *s, int imgfd, size_t npoints, sbx_error *err
 /* The image's layer list: i0 over the source's image layers (linked in as
  * i1..) or, past the depth limit, with them merged into i0; then the
  * golden's layers. */
-static int stack_images(const char *dir, int imgfd, const manifest *src, manifest *out, sbx_error *err) {
+static int stack_images(int imgfd, const manifest *src, manifest *out, sbx_error *err) {
   memset(out, 0, sizeof *out);
   for (size_t i = 0; i < src->layers.npoints; i++) {
     const sbx_layer_point *sp = &src->layers.pts[i];
@@ -330,7 +339,7 @@ static int stack_images(const char *dir, int imgfd, const manifest *src, manifes
     for (size_t j = 0; j < sp->nlowers; j++) nimg += src->image[i][j];
     bool flatten = nimg + 1 > JAIL_IMAGE_DEPTH;
     char path[PATH_MAX], dn[32];
-    snprintf(path, sizeof path, "%s/i0/u%zu", dir, i);
+    snprintf(path, sizeof path, "i0/u%zu", i); /* relative: the image can move */
     op->lowers[op->nlowers] = sbx_strdup(path);
     out->image[i][op->nlowers++] = true;
     size_t k = 1;
@@ -348,8 +357,7 @@ static int stack_images(const char *dir, int imgfd, const manifest *src, manifes
         mkdirat(imgfd, dn, 0755);
         snprintf(dn, sizeof dn, "i%zu/u%zu", k, i);
         rc = copy_layer(sp->lowers[j], imgfd, dn, LINK, err);
-        snprintf(path, sizeof path, "%s/%s", dir, dn);
-        op->lowers[op->nlowers] = sbx_strdup(path);
+        op->lowers[op->nlowers] = sbx_strdup(dn);
         out->image[i][op->nlowers++] = true;
         k++;
       }
@@ -389,7 +397,7 @@ int jail_snapshot(sbx_instance *s, const char *dir, sbx_error *err) {
   rc = was_frozen ? 0 : jail_cgroup_freeze(jd->cg, s->hdr.id, true, err);
   if (rc == 0) rc = copy_upper(s, imgfd, src.layers.npoints, err);
   if (!was_frozen) jail_cgroup_freeze(jd->cg, s->hdr.id, false, NULL);
-  if (rc == 0) rc = stack_images(dir, imgfd, &src, &img, err);
+  if (rc == 0) rc = stack_images(imgfd, &src, &img, err);
   if (rc == 0) {
     int mfd = openat(imgfd, ".jail-image", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (mfd < 0) rc = sbx_err_os(err, errno, "mark %s", dir);
