@@ -186,6 +186,11 @@ void h_claim(struct sbxd *d, struct http_req *req) {
     reply_error(req, 409, "no egress attachment");
     goto out;
   }
+  sbx_pool_key pk;
+  snprintf(pk.tmpl, sizeof pk.tmpl, "%s", tmpl);
+  snprintf(pk.net, sizeof pk.net, "%s", net);
+  snprintf(pk.size, sizeof pk.size, "%s", size);
+  if (promoted_claim(d, req, &who, &pk, ttl, ref)) goto out; /* tier clone from the promoted export (§5.10) */
   if (require_promoted) {
     reply_error(req, 404, "unknown template");
     goto out;

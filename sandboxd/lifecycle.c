@@ -169,6 +169,11 @@ static int idle_limit(struct sbxd *d, const sbx_lease *l) {
 
 void lifecycle_tick(struct sbxd *d) {
   int64_t now = now_unix();
+  static int64_t last_sweep;
+  if (d->cfg->checkpoint_ttl_hours > 0 && now - last_sweep >= 3600) { /* §5.9: hourly */
+    last_sweep = now;
+    checkpoint_sweep(d, false);
+  }
   /* forget sandboxes that are gone */
   for (size_t i = 0; i < nidle;) {
     if (!sbx_lease_find(d->leases, idle[i].id)) idle[i] = idle[--nidle];
@@ -449,4 +454,6 @@ void lifecycle_recover(struct sbxd *d) {
    * killed daemon has no user (its children were never journalled and
    * reconcile destroyed them). */
   sbxi_rm_rf_at(d->data_fd, "images", NULL);
+  checkpoint_sweep(d, true);
+  promote_sweep(d);
 }

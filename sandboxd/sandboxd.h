@@ -154,6 +154,23 @@ sbx_lease *auth_proof(struct sbxd *d, struct http_req *req, const char *id, json
 /* ttl_seconds per §1.9 (claims.c); -1 with 400 answered. */
 int body_ttl(struct http_req *req, json_t *body, int *out);
 
+/* ---- checkpoint.c, promote.c (§4.11-4.16, 5.9, 5.10) ---- */
+void h_checkpoint_create(struct sbxd *d, struct http_req *req, const char *id);
+void h_checkpoint_list(struct sbxd *d, struct http_req *req);
+void h_checkpoint_delete(struct sbxd *d, struct http_req *req, const char *id);
+void h_checkpoint_claim(struct sbxd *d, struct http_req *req, const char *id);
+/* TTL sweep; at startup also removes exports that never committed. */
+void checkpoint_sweep(struct sbxd *d, bool startup);
+void h_promote(struct sbxd *d, struct http_req *req, const char *id);
+void h_template_delete(struct sbxd *d, struct http_req *req);
+void promote_sweep(struct sbxd *d); /* generations no meta.json names */
+/* "sha256:<hex>" of the canonical stream of §5.10 over root's files. */
+int content_digest(const char *root, char out[80], sbx_error *err);
+/* A claim of a key promoted here and owned by the caller: started (and
+ * answered) from the promoted export; 0 when the key is not promoted. */
+int promoted_claim(struct sbxd *d, struct http_req *req, const struct caller *who, const sbx_pool_key *key, int ttl,
+                   const char *claim_ref);
+
 /* ---- exec.c ---- */
 void h_exec(struct sbxd *d, struct http_req *req, const char *id);
 void exec_shutdown(struct sbxd *d);
