@@ -230,6 +230,8 @@ fail:
 
 /* ---- checkpoints ---- */
 
+static int delete_record(struct sbxd *d, const char *id, sbx_error *err);
+
 static json_t *record_of(struct sbxd *d, const char *id, char *dir, size_t cap) {
   char store[PATH_MAX], meta[PATH_MAX];
   store_dir(d, store, sizeof store);
@@ -249,6 +251,53 @@ static json_t *record_public(const json_t *rec) {
   json_object_del(o, "archive");
   json_object_del(o, "created_ns");
   return o;
+}
+
+json_t *checkpoint_export(struct sbxd *d, sbx_lease *l, const char *tenant, const char *name, bool archive,
+                          char ckid[24], sbx_error *err) {
+  char store[PATH_MAX], dir[PATH_MAX], exp[PATH_MAX], hex[17];
+  store_dir(d, store, sizeof store);
+  if (sbxi_mkdir_p(store, 0700, err) < 0 || sbxi_random_hex(hex, 8, err) < 0) return NULL;
+  snprintf(ckid, 24, "ck_%s", hex);
+  snprintf(dir, sizeof dir, "%s/%s", store, ckid);
+  snprintf(exp, sizeof exp, "%s/export", dir);
+  if (mkdir(dir, 0700) < 0) {
+    sbx_err_os(err, errno, "mkdir %s", dir);
+    return NULL;
+  }
+  /* 1-2: the image, straight into the record's staging directory (a
+   * hibernated source is not woken) */
+  if (inst_snapshot(l->inst, exp, err) < 0) {
+    rm_path(dir);
+    return NULL;
+  }
+  /* 3: meta.json last, the commit pointer */
+  char at[64];
+  fmt_time(now_unix(), 0, false, at, sizeof at);
+  json_t *rec = json_pack("{s:s,s:s,s:s,s:o,s:s,s:b}", "id", ckid, "name", name, "sandbox_id", l->id, "key",
+                          key_obj(&l->key), "created_at", at, "archive", archive);
+  if (tenant && tenant[0]) json_object_set_new(rec, "tenant", json_string(tenant));
+  json_object_set_new(rec, "created_ns", json_integer((json_int_t)sbx_now_ns())); /* orders a second's records */
+  char *text = json_dumps(rec, JSON_COMPACT);
+  int rc = commit_file(dir, "meta.json", text, err);
+  free(text);
+  if (rc < 0) {
+    json_decref(rec);
+    rm_path(dir); /* a full disk leaves no half record */
+    return NULL;
+  }
+  return rec;
+}
+
+void checkpoint_remove(struct sbxd *d, const char *id) {
+  sbx_error err;
+  if (valid_ck_id(id) && delete_record(d, id, &err) < 0) sbx_warn("remove %s: %s", id, err.msg);
+}
+
+void checkpoint_export_path(struct sbxd *d, const char *id, char *out, size_t cap) {
+  char store[PATH_MAX];
+  store_dir(d, store, sizeof store);
+  snprintf(out, cap, "%s/%s/export", store, id);
 }
 
 void h_checkpoint_create(struct sbxd *d, struct http_req *req, const char *id) {
@@ -274,42 +323,18 @@ void h_checkpoint_create(struct sbxd *d, struct http_req *req, const char *id) {
     reply_error(req, 409, "sandbox is on the egress lane");
     goto out;
   }
+  if (lease_archived(l)) {
+    reply_error(req, 409, "sandbox archived");
+    goto out;
+  }
   if (!l->inst) {
     reply_error(req, 500, "checkpoint failed");
     goto out;
   }
-  char store[PATH_MAX], dir[PATH_MAX], exp[PATH_MAX], hex[17], ckid[24];
+  char ckid[24];
   sbx_error err;
-  store_dir(d, store, sizeof store);
-  if (sbxi_mkdir_p(store, 0700, &err) < 0 || sbxi_random_hex(hex, 8, &err) < 0) goto fail;
-  snprintf(ckid, sizeof ckid, "ck_%s", hex);
-  snprintf(dir, sizeof dir, "%s/%s", store, ckid);
-  snprintf(exp, sizeof exp, "%s/export", dir);
-  if (mkdir(dir, 0700) < 0) {
-    sbx_err_os(&err, errno, "mkdir %s", dir);
-    goto fail;
-  }
-  /* 1-2: the image, straight into the record's staging directory */
-  if (inst_snapshot(l->inst, exp, &err) < 0) {
-    rm_path(dir);
-    goto fail;
-  }
-  /* 3: meta.json last, the commit pointer */
-  char at[64];
-  fmt_time(now_unix(), 0, false, at, sizeof at);
-  const char *tenant = who.tenant ? who.tenant->name : NULL;
-  json_t *rec = json_pack("{s:s,s:s,s:s,s:o,s:s,s:b}", "id", ckid, "name", name, "sandbox_id", l->id, "key",
-                          key_obj(&l->key), "created_at", at, "archive", 0);
-  if (tenant) json_object_set_new(rec, "tenant", json_string(tenant));
-  json_object_set_new(rec, "created_ns", json_integer((json_int_t)sbx_now_ns())); /* orders a second's records */
-  char *text = json_dumps(rec, JSON_COMPACT);
-  int rc = commit_file(dir, "meta.json", text, &err);
-  free(text);
-  if (rc < 0) {
-    json_decref(rec);
-    rm_path(dir); /* a full disk leaves no half record */
-    goto fail;
-  }
+  json_t *rec = checkpoint_export(d, l, who.tenant ? who.tenant->name : NULL, name, false, ckid, &err);
+  if (!rec) goto fail;
   usage_event(d, "checkpoint", l, ckid);
   json_t *pub = record_public(rec);
   json_decref(rec);

@@ -236,6 +236,7 @@ void lease_end(struct sbxd *d, sbx_lease *l, const char *ev) {
   sbx_error err;
   if (journal_del(d, l->id, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
   relays_close_for(d, l->id);
+  archive_forget(d, l);
   usage_event(d, ev, l, NULL);
   if (l->inst) {
     if (d->cfg->release_delay_seconds > 0) {
@@ -262,6 +263,10 @@ void h_release(struct sbxd *d, struct http_req *req, const char *id) {
 void h_renew(struct sbxd *d, struct http_req *req, const char *id) {
   sbx_lease *l = auth_sbx(d, req, id, true, "unknown sandbox");
   if (!l) return;
+  if (lease_archived(l)) {
+    reply_error(req, 409, "sandbox archived"); /* §5.7 */
+    return;
+  }
   json_t *body = decode_body(req, false);
   if (!body) return;
   int ttl;
@@ -310,6 +315,7 @@ static json_t *row(struct sbxd *d, const sbx_lease *l, bool with_token) {
   json_t *o = json_pack("{s:s,s:o,s:s,s:s,s:b}", "id", l->id, "key", key_json(&l->key), "deadline", dl,
                         "claimed_at", ca, "hibernated", lease_hibernated(d, l));
   if (l->claim_ref) json_object_set_new(o, "claim_ref", json_string(l->claim_ref));
+  if (lease_archived(l)) json_object_set_new(o, "archived", json_true());
   if (with_token) json_object_set_new(o, "token", json_string(l->token));
   return o;
 }

@@ -533,6 +533,10 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
       if (rc == 0 && c->refill_concurrency > 256) rc = fail(errbuf, errlen, "refill_concurrency: at most 256");
     } else if (strcmp(k, "idle_hibernate_seconds") == 0) {
       rc = get_int(v, k, 0, &c->idle_hibernate_seconds, errbuf, errlen);
+    } else if (strcmp(k, "archive_after_seconds") == 0) {
+      rc = get_int(v, k, 0, &c->archive_after_seconds, errbuf, errlen);
+    } else if (strcmp(k, "archive_delete_after_seconds") == 0) {
+      rc = get_int(v, k, 0, &c->archive_delete_after_seconds, errbuf, errlen);
     } else if (strcmp(k, "release_delay_seconds") == 0) {
       rc = get_int(v, k, 0, &c->release_delay_seconds, errbuf, errlen);
     } else if (strcmp(k, "sync_claims") == 0) {

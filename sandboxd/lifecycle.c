@@ -57,12 +57,19 @@ static void no_driver_verb(struct sbxd *d, struct http_req *req, const char *ver
 
 bool lease_hibernated(struct sbxd *d, const sbx_lease *l) {
   (void)d;
-  return l->inst && inst_paused(l->inst);
+  return lease_archived(l) || (l->inst && inst_paused(l->inst));
 }
+
+static int64_t idle_since(const char *id) { return idle_get(id)->last; }
 
 /* ---- hibernate and wake ---- */
 
 static int do_wake(struct sbxd *d, sbx_lease *l, sbx_error *err) {
+  if (lease_archived(l)) {
+    int rc = archive_wake(d, l, err);
+    if (rc == 0) idle_get(l->id)->last = now_unix();
+    return rc;
+  }
   int rc = inst_resume(l->inst, err);
   if (rc < 0) return rc;
   idle_get(l->id)->last = now_unix();
@@ -103,6 +110,10 @@ void h_hibernate(struct sbxd *d, struct http_req *req, const char *id) {
     reply_error(req, 409, "sandbox is on the egress lane");
     return;
   }
+  if (lease_archived(l)) {
+    reply_keeps(req, keeps);
+    return;
+  }
   if (!l->inst) {
     reply_error(req, 500, "hibernate failed: the sandbox is gone");
     return;
@@ -130,12 +141,12 @@ void h_wake(struct sbxd *d, struct http_req *req, const char *id) {
     no_driver_verb(d, req, "wake");
     return;
   }
-  if (!l->inst) {
+  if (!l->inst && !lease_archived(l)) {
     reply_error(req, 500, "wake failed");
     return;
   }
   sbx_error err;
-  if (inst_paused(l->inst) && do_wake(d, l, &err) < 0) {
+  if ((lease_archived(l) || inst_paused(l->inst)) && do_wake(d, l, &err) < 0) {
     sbx_warn("wake %s: %s", l->id, err.msg);
     {
     reply_error(req, 500, "wake failed");
@@ -147,7 +158,7 @@ void h_wake(struct sbxd *d, struct http_req *req, const char *id) {
 
 int lease_touch(struct sbxd *d, struct http_req *req, sbx_lease *l) {
   idle_get(l->id)->last = now_unix();
-  if (!l->inst || !inst_paused(l->inst)) return 0;
+  if (!lease_archived(l) && (!l->inst || !inst_paused(l->inst))) return 0;
   sbx_error err;
   if (do_wake(d, l, &err) < 0) {
     sbx_warn("wake %s on use: %s", l->id, err.msg);
@@ -193,6 +204,7 @@ void lifecycle_tick(struct sbxd *d) {
     if (hibernate(d, l, &err) < 0) sbx_warn("idle hibernate %s: %s", l->id, err.msg);
     else sbx_info("hibernated %s after %d s idle", l->id, limit);
   }
+  archive_tick(d, idle_since);
 }
 
 /* ---- the ownership proof (§2.5) ---- */
@@ -406,6 +418,10 @@ void h_fork(struct sbxd *d, struct http_req *req, const char *id) {
     reply_error(req, 409, "sandbox is on the egress lane");
     goto out;
   }
+  if (lease_archived(l)) {
+    reply_error(req, 409, "sandbox archived");
+    goto out;
+  }
   if (!l->inst) {
     reply_error(req, 500, "fork failed");
     goto out;
@@ -456,4 +472,5 @@ void lifecycle_recover(struct sbxd *d) {
   sbxi_rm_rf_at(d->data_fd, "images", NULL);
   checkpoint_sweep(d, true);
   promote_sweep(d);
+  archive_recover(d);
 }

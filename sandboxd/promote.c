@@ -185,6 +185,10 @@ void h_promote(struct sbxd *d, struct http_req *req, const char *id) {
     reply_error(req, 409, "key is owned by a configured pool");
     goto out;
   }
+  if (lease_archived(l)) {
+    reply_error(req, 409, "sandbox archived");
+    goto out;
+  }
   char dir[PATH_MAX], old_gen[32] = "";
   json_t *old = tp_meta(d, &key, dir, sizeof dir);
   if (old && !owns(&who, json_string_value(json_object_get(old, "tenant")))) {

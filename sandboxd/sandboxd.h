@@ -171,6 +171,21 @@ int content_digest(const char *root, char out[80], sbx_error *err);
 int promoted_claim(struct sbxd *d, struct http_req *req, const struct caller *who, const sbx_pool_key *key, int ttl,
                    const char *claim_ref);
 
+/* An export of l into the checkpoint store (the record, or NULL); archive
+ * records are the archive tier's. */
+json_t *checkpoint_export(struct sbxd *d, sbx_lease *l, const char *tenant, const char *name, bool archive,
+                          char ckid[24], sbx_error *err);
+void checkpoint_remove(struct sbxd *d, const char *id);
+void checkpoint_export_path(struct sbxd *d, const char *id, char *out, size_t cap);
+
+/* ---- archive.c (§5.7) ---- */
+bool lease_archived(const sbx_lease *l);
+void archive_tick(struct sbxd *d, int64_t idle_since_fn(const char *id));
+int archive_wake(struct sbxd *d, sbx_lease *l, sbx_error *err); /* fresh lease, same id and token */
+void archive_forget(struct sbxd *d, const sbx_lease *l);        /* on release */
+void archive_recover(struct sbxd *d);
+size_t archive_count(void);
+
 /* ---- exec.c ---- */
 void h_exec(struct sbxd *d, struct http_req *req, const char *id);
 void exec_shutdown(struct sbxd *d);

@@ -17,7 +17,8 @@
 #define ROOT "root-token-for-lifecycle-test"
 static const char *CONFIG = "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\","
                             "\"api_token\":\"" ROOT "\",\"jail\":{\"cgroup_root\":\"@CGROUP@\"},"
-                            "\"max_claims\":6,\"idle_hibernate_seconds\":@IDLE@,\"pools\":[]}";
+                            "\"max_claims\":6,\"idle_hibernate_seconds\":@IDLE@,\"pools\":[]@EXTRA@}";
+static const char *extra = "";
 static struct sbxd_proc P;
 static const char *skip_reason;
 
@@ -28,6 +29,9 @@ static int start_with_idle(int idle) {
   char rest[512];
   snprintf(rest, sizeof rest, "%s", at + 6);
   snprintf(at, sizeof cfg - (size_t)(at - cfg), "%d%s", idle, rest);
+  at = strstr(cfg, "@EXTRA@");
+  snprintf(rest, sizeof rest, "%s", at + 7);
+  snprintf(at, sizeof cfg - (size_t)(at - cfg), "%s%s", extra, rest);
   sbxd_prepare(&P, cfg);
   return sbxd_start(&P);
 }
@@ -49,6 +53,13 @@ static int setup_idle(void **state) {
     return 0;
   }
   return start_with_idle(1) < 0 ? -1 : 0;
+}
+
+static int setup_archive(void **state) {
+  extra = ",\"archive_after_seconds\":2";
+  int rc = setup_idle(state);
+  extra = "";
+  return rc;
 }
 
 static int teardown(void **state) {
@@ -353,6 +364,50 @@ static void test_idle_auto_hibernate(void **state) {
   assert_false(hibernated(&c));
 }
 
+static bool archived(const struct sbxd_claim *c, char *deadline, size_t cap) {
+  char path[128];
+  snprintf(path, sizeof path, "/v1/sandboxes/%s", c->id);
+  struct http_resp r;
+  assert_int_equal(sbxd_http(P.port, "GET", path, ROOT, NULL, &r), 0);
+  json_t *v = json_loads(r.body, 0, NULL);
+  bool a = json_is_true(json_object_get(v, "archived"));
+  if (deadline) snprintf(deadline, cap, "%s", json_string_value(json_object_get(v, "deadline")) ?: "");
+  json_decref(v);
+  http_resp_free(&r);
+  return a;
+}
+
+static void test_idle_archive_and_wake(void **state) {
+  SKIP_IF_NEEDED();
+  struct sbxd_claim c;
+  claim(&c);
+  sh(&c, "echo kept > /root/kept", NULL);
+  bool a = false;
+  for (int i = 0; i < 300 && !(a = archived(&c, NULL, 0)); i++) usleep(100000);
+  assert_true(a);
+  assert_true(hibernated(&c));
+  for (int i = 0; i < 100 && sbxd_count_sandboxes(&P) != 0; i++) usleep(50000); /* destroyed on a worker */
+  assert_int_equal(sbxd_count_sandboxes(&P), 0); /* its instance is gone */
+  assert_int_equal(usage_count("archive"), 1);
+  assert_int_equal(post_status(&c, "renew", c.token, "{}"), 409);
+  /* archives are not checkpoints: never listed */
+  struct http_resp r;
+  assert_int_equal(sbxd_http(P.port, "GET", "/v1/checkpoints", ROOT, NULL, &r), 0);
+  assert_non_null(strstr(r.body, "\"checkpoints\":[]"));
+  http_resp_free(&r);
+  /* it stays archived across a kill -9 */
+  assert_int_equal(sbxd_stop(&P, SIGKILL), 128 + SIGKILL);
+  assert_int_equal(sbxd_start(&P), 0);
+  assert_true(archived(&c, NULL, 0));
+  /* a use wakes it: same id and token, its files, a fresh lease */
+  sh(&c, "cat /root/kept", "kept\n");
+  char dl[64];
+  assert_false(archived(&c, dl, sizeof dl));
+  assert_int_equal(usage_count("unarchive"), 1);
+  assert_int_equal(sbxd_count_sandboxes(&P), 1);
+  assert_int_equal(post_status(&c, "renew", c.token, "{}"), 200);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -361,6 +416,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fork_children_independent, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill9_keeps_hibernated_and_fork_leaves_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_auto_hibernate, setup_idle, teardown),
+      cmocka_unit_test_setup_teardown(test_idle_archive_and_wake, setup_archive, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
