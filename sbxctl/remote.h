@@ -82,5 +82,13 @@ int cmd_session(rctx *r, int argc, char **argv);
 int cmd_cp(rctx *r, int argc, char **argv);
 int cmd_cat(rctx *r, int argc, char **argv);
 int cmd_put(rctx *r, int argc, char **argv);
+int cmd_hibernate(rctx *r, int argc, char **argv);
+int cmd_wake(rctx *r, int argc, char **argv);
+int cmd_fork(rctx *r, int argc, char **argv);
+int cmd_checkpoint(rctx *r, int argc, char **argv);
+int cmd_checkpoints(rctx *r, int argc, char **argv);
+int cmd_branch(rctx *r, int argc, char **argv);
+int cmd_promote(rctx *r, int argc, char **argv);
+int cmd_rm_checkpoint(rctx *r, int argc, char **argv);
 
 #endif
