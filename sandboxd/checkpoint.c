@@ -271,6 +271,15 @@ json_t *checkpoint_export(struct sbxd *d, sbx_lease *l, const char *tenant, cons
     rm_path(dir);
     return NULL;
   }
+  /* the export on disk before the pointer to it (the driver does not sync) */
+  int efd = open(exp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (efd < 0 || syncfs(efd) < 0) {
+    sbx_err_os(err, errno, "sync %s", exp);
+    if (efd >= 0) close(efd);
+    rm_path(dir);
+    return NULL;
+  }
+  close(efd);
   /* 3: meta.json last, the commit pointer */
   char at[64];
   fmt_time(now_unix(), 0, false, at, sizeof at);

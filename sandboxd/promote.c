@@ -215,6 +215,15 @@ void h_promote(struct sbxd *d, struct http_req *req, const char *id) {
     promote_fail(req, l->id, &err);
     goto out;
   }
+  int gfd = open(gdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  bool synced = gfd >= 0 && syncfs(gfd) == 0; /* the export on disk before the pointer to it */
+  if (gfd >= 0) close(gfd);
+  if (!synced) {
+    sbx_err_os(&err, errno, "sync %s", gdir);
+    rm_path(gdir);
+    promote_fail(req, l->id, &err);
+    goto out;
+  }
   char at[64];
   fmt_time(now_unix(), 0, false, at, sizeof at);
   json_t *meta = json_pack("{s:o,s:s,s:s,s:s}", "key", key_obj(&key), "gen", gen, "digest", digest, "created_at", at);

@@ -182,7 +182,8 @@ int sbx_sandbox_resume(sbx_instance *s, sbx_error *err);
 /* Write an image of s into dir (created here; it must not exist, and it is
  * complete once this returns 0: a crash leaves no file named "layers" in
  * it). The jail pauses s while its writable layer is copied and leaves a
- * paused s paused. */
+ * paused s paused. The image is not synced to disk: a caller that must find
+ * it after a crash syncs it (syncfs) before recording it. */
 int sbx_sandbox_snapshot(sbx_instance *s, const char *dir, sbx_error *err);
 /* A new sandbox from an image written by snapshot, as clone does. */
 int sbx_sandbox_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out,
