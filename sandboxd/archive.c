@@ -149,8 +149,10 @@ void archive_recover(struct sbxd *d) {
     if (l && !l->inst && !arch_find(l->id)) {
       l->failed = false;
       arch_add(l->id, de->d_name);
-    } else if (json_is_true(json_object_get(rec, "archive")) && !l) {
-      checkpoint_remove(d, de->d_name); /* its sandbox was released meanwhile */
+    } else if (json_is_true(json_object_get(rec, "archive")) && !arch_find(sid ? sid : "")) {
+      /* its sandbox was released meanwhile, or the archive never finished
+       * (the instance is still there, adopted as hibernated) */
+      checkpoint_remove(d, de->d_name);
     }
     json_decref(rec);
   }
