@@ -209,6 +209,27 @@ static void test_hibernate_freezes_and_exec_wakes(void **state) {
   assert_int_equal(post_status(&c, "wake", c.token, NULL), 204);
   assert_false(hibernated(&c));
   assert_int_equal(usage_count("wake"), 2);
+  /* one transition at a time: two wakes sent together both answer 204
+   * after one wake */
+  assert_int_equal(post_status(&c, "hibernate", c.token, NULL), 204);
+  int fds[2];
+  for (int i = 0; i < 2; i++) {
+    fds[i] = sbxd_connect(P.port);
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/sandboxes/%s/wake HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Authorization: Bearer %s\r\n\r\n",
+                     c.id, c.token);
+    assert_int_equal(write_all_fd(fds[i], req, (size_t)n), 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    struct http_resp r;
+    assert_int_equal(http_read_resp(fds[i], &r), 0);
+    assert_int_equal(r.status, 204);
+    http_resp_free(&r);
+    close(fds[i]);
+  }
+  assert_int_equal(usage_count("wake"), 3);
 }
 
 static void test_agent_dial_wakes(void **state) {
