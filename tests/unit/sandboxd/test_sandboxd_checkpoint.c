@@ -11,6 +11,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include <sys/mount.h>
+
 #include "sbxd_test.h"
 
 #define ROOT "root-token-for-checkpoint-test"
@@ -28,6 +30,24 @@ static int setup(void **state) {
   sbxd_prepare(&P, CONFIG);
   return sbxd_start(&P) < 0 ? -1 : 0;
 }
+/* The store on a 1 MiB tmpfs of the test's own, to fill it. */
+static char small_store[300];
+static int setup_full_disk(void **state) {
+  (void)state;
+  if (geteuid() != 0) return 0;
+  char cfg[1024];
+  snprintf(small_store, sizeof small_store, "/tmp/sbx-ck-full-%d", (int)getpid());
+  mkdir(small_store, 0700);
+  if (mount("tmpfs", small_store, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700") < 0) return -1;
+  snprintf(cfg, sizeof cfg,
+           "{\"listen\":\"127.0.0.1:0\",\"data_dir\":\"@DATA@\",\"driver\":\"jail\",\"api_token\":\"" ROOT
+           "\",\"checkpoint_dir\":\"%s\",\"jail\":{\"cgroup_root\":\"@CGROUP@\"},\"pools\":[]}",
+           small_store);
+  sbxd_prepare(&P, cfg);
+  return sbxd_start(&P) < 0 ? -1 : 0;
+}
+static int teardown_full_disk(void **state);
+
 static int teardown(void **state) {
   (void)state;
   if (geteuid() != 0) return 0;
@@ -240,6 +260,34 @@ static void test_kill9_mid_export_leaves_no_record(void **state) {
   sh(&a, "echo alive", "alive\n"); /* the source was thawed by the restart's adoption or never frozen */
 }
 
+static int teardown_full_disk(void **state) {
+  int rc = teardown(state);
+  umount2(small_store, MNT_DETACH);
+  rmdir(small_store);
+  return rc;
+}
+
+static void test_full_disk_leaves_no_half_record(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  struct sbxd_claim a;
+  claim_as(ROOT, "host", &a, NULL);
+  sh(&a, "head -c 4194304 /dev/urandom > /root/big", NULL);
+  char path[128];
+  snprintf(path, sizeof path, "/v1/sandboxes/%s/checkpoint", a.id);
+  int st;
+  json_decref(call("POST", path, ROOT, "{}", &st));
+  assert_int_equal(st, 500);
+  assert_int_equal(list_count(ROOT), 0);
+  DIR *d = opendir(small_store);
+  int left = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) left += de->d_name[0] != '.';
+  if (d) closedir(d);
+  assert_int_equal(left, 0);
+  sh(&a, "echo alive", "alive\n"); /* the source was thawed */
+}
+
 /* The canonical stream of §5.10, built here with find, sort and sha256sum. */
 static void independent_digest(const char *root, char *out, size_t cap) {
   char cmd[2048];
@@ -316,6 +364,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_damaged_record_and_ttl, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill9_mid_export_leaves_no_record, setup, teardown),
       cmocka_unit_test_setup_teardown(test_promote_digest_and_claim, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_full_disk_leaves_no_half_record, setup_full_disk, teardown_full_disk),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
