@@ -238,5 +238,12 @@ int main(int argc, char **argv) {
   sbx_golden_release(D, G);
   sbx_template_release(D, t);
   sbx_driver_close(D);
+  /* the cgroup parent this run made, empty now, in every hierarchy */
+  static const char *const ctls[] = {"memory", "pids", "cpu", "cpuacct", "freezer", "devices", ""};
+  for (size_t i = 0; i < sizeof ctls / sizeof *ctls; i++) {
+    char p[256];
+    snprintf(p, sizeof p, "/sys/fs/cgroup/%s%ssbx-bench-lifecycle", ctls[i], ctls[i][0] ? "/" : "");
+    rmdir(p);
+  }
   return 0;
 }
