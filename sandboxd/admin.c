@@ -19,8 +19,11 @@ json_t *node_info(struct sbxd *d) {
                                            "refilling", st[i].refilling, "target", st[i].target, "golden",
                                            st[i].golden));
   sbx_free(st);
-  json_t *o = json_pack("{s:o,s:I,s:i,s:i}", "pools", pools, "claimed", (json_int_t)sbx_lease_count(d->leases),
-                        "hibernated", 0, "archived", 0);
+  json_int_t hib = 0;
+  sbx_lease *l;
+  for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) hib += lease_hibernated(d, l);
+  json_t *o = json_pack("{s:o,s:I,s:I,s:I}", "pools", pools, "claimed", (json_int_t)sbx_lease_count(d->leases),
+                        "hibernated", hib, "archived", (json_int_t)archive_count());
   if (sbx_pool_mgr_draining(d->pm)) json_object_set_new(o, "draining", json_true());
   const char *reason;
   if (sbx_pool_mgr_at_capacity(d->pm, &reason)) {
@@ -153,13 +156,17 @@ void h_metrics(struct sbxd *d, struct http_req *req) {
   sbx_buf b = SBX_BUF_INIT(16 * 1024 * 1024);
   size_t claimed = sbx_lease_count(d->leases), failed = 0;
   sbx_lease *l;
-  for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) failed += l->failed;
+  size_t hib = 0;
+  for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) {
+    failed += l->failed;
+    hib += lease_hibernated(d, l);
+  }
   metric_head(&b, "sandboxd_claimed", "gauge", "Sandboxes in the index, counting hibernated and archived ones.");
   sbx_buf_printf(&b, NULL, "sandboxd_claimed %zu\n", claimed);
   metric_head(&b, "sandboxd_hibernated", "gauge", "Hibernated sandboxes, counting archived ones.");
-  sbx_buf_printf(&b, NULL, "sandboxd_hibernated 0\n");
+  sbx_buf_printf(&b, NULL, "sandboxd_hibernated %zu\n", hib);
   metric_head(&b, "sandboxd_archived", "gauge", "Archived sandboxes.");
-  sbx_buf_printf(&b, NULL, "sandboxd_archived 0\n");
+  sbx_buf_printf(&b, NULL, "sandboxd_archived %zu\n", archive_count());
   metric_head(&b, "sandboxd_failed", "gauge", "Indexed sandboxes whose instance was found dead.");
   sbx_buf_printf(&b, NULL, "sandboxd_failed %zu\n", failed);
   /* Beyond §4.26: the same by cause (watch.c, recovery). */

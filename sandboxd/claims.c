@@ -136,7 +136,7 @@ static int body_bool(struct http_req *req, json_t *body, const char *field, bool
 }
 
 /* ttl_seconds per §1.9: absent/0 = 300, > 86400 clamped, negative 400. */
-static int body_ttl(struct http_req *req, json_t *body, int *out) {
+int body_ttl(struct http_req *req, json_t *body, int *out) {
   json_t *v = json_object_get(body, "ttl_seconds");
   *out = TTL_DEFAULT;
   if (!v || json_is_null(v)) return 0;
@@ -209,6 +209,11 @@ void h_claim(struct sbxd *d, struct http_req *req) {
     reply_error(req, 409, "no egress attachment");
     goto out;
   }
+  sbx_pool_key pk;
+  snprintf(pk.tmpl, sizeof pk.tmpl, "%s", tmpl);
+  snprintf(pk.net, sizeof pk.net, "%s", net);
+  snprintf(pk.size, sizeof pk.size, "%s", size);
+  if (promoted_claim(d, req, &who, &pk, ttl, ref)) goto out; /* tier clone from the promoted export (§5.10) */
   if (require_promoted) {
     reply_error(req, 404, "unknown template");
     goto out;
@@ -260,6 +265,7 @@ int lease_end(struct sbxd *d, sbx_lease *l, const char *ev, sbx_error *err) {
   journal_commit(d);
   watch_disarm(d, l);
   relays_close_for(d, l->id);
+  archive_forget(d, l);
   if (l->inst) {
     if (d->cfg->release_delay_seconds > 0) {
       struct delayed_destroy *dd = sbx_calloc(1, sizeof *dd);
@@ -290,6 +296,10 @@ void h_release(struct sbxd *d, struct http_req *req, const char *id) {
 void h_renew(struct sbxd *d, struct http_req *req, const char *id) {
   sbx_lease *l = auth_sbx(d, req, id, true, "unknown sandbox");
   if (!l) return;
+  if (lease_archived(l)) {
+    reply_error(req, 409, "sandbox archived"); /* §5.7 */
+    return;
+  }
   json_t *body = decode_body(req, false);
   if (!body) return;
   int ttl;
@@ -321,6 +331,7 @@ out:
 }
 
 void reap_tick(struct sbxd *d) {
+  lifecycle_tick(d);
   int64_t now = now_unix();
   sbx_error err;
   /* While journal writes fail, see whether space came back. */
@@ -361,13 +372,14 @@ static void failed_fields(json_t *o, const sbx_lease *l) {
                                       "failed_cause", l->failed_cause, "failed_at", at));
 }
 
-static json_t *row(const sbx_lease *l, bool with_token) {
+static json_t *row(struct sbxd *d, const sbx_lease *l, bool with_token) {
   char dl[64], ca[64];
   fmt_time(l->deadline, 0, false, dl, sizeof dl);
   fmt_time(l->claimed_at, 0, false, ca, sizeof ca);
   json_t *o = json_pack("{s:s,s:o,s:s,s:s,s:b}", "id", l->id, "key", key_json(&l->key), "deadline", dl,
-                        "claimed_at", ca, "hibernated", 0);
+                        "claimed_at", ca, "hibernated", lease_hibernated(d, l));
   if (l->claim_ref) json_object_set_new(o, "claim_ref", json_string(l->claim_ref));
+  if (lease_archived(l)) json_object_set_new(o, "archived", json_true());
   if (with_token) json_object_set_new(o, "token", json_string(l->token));
   failed_fields(o, l);
   return o;
@@ -383,7 +395,7 @@ void h_list(struct sbxd *d, struct http_req *req) {
   for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) {
     if (who.tenant && strcmp(l->tenant, who.tenant->name) != 0) continue;
     if (ref && (!l->claim_ref || strcmp(l->claim_ref, ref) != 0)) continue;
-    json_array_append_new(arr, row(l, false));
+    json_array_append_new(arr, row(d, l, false));
   }
   reply_json(req, 200, json_pack("{s:o}", "sandboxes", arr));
 }
@@ -396,7 +408,7 @@ void h_get(struct sbxd *d, struct http_req *req, const char *id) {
     reply_error(req, 404, "unknown sandbox");
     return;
   }
-  reply_json(req, 200, row(l, who.presented));
+  reply_json(req, 200, row(d, l, who.presented));
 }
 
 void h_stats(struct sbxd *d, struct http_req *req, const char *id) {
@@ -421,7 +433,7 @@ void h_stats(struct sbxd *d, struct http_req *req, const char *id) {
   fmt_time(ts.tv_sec, 0, false, at, sizeof at);
   json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:b,s:b,s:s}", "id", l->id, "cpu_count", cpus, "mem_total_bytes", mem,
                         "mem_used_bytes", (json_int_t)st.mem_used, "mem_used_measured", st.measured, "hibernated",
-                        0, "measured_at", at);
+                        lease_hibernated(d, l), "measured_at", at);
   failed_fields(o, l);
   reply_json(req, 200, o);
 }

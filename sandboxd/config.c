@@ -255,6 +255,7 @@ void config_free(struct config *c) {
   if (!c) return;
   sbx_free(c->listen_host);
   sbx_free(c->data_dir);
+  sbx_free(c->checkpoint_dir);
   sbx_free(c->driver);
   sbx_free(c->templates_dir);
   sbx_free(c->advertise_addr);
@@ -529,6 +530,10 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
         rc = fail(errbuf, errlen, "driver: \"%s\" is not one of jail, qemu, auto", c->driver);
     } else if (strcmp(k, "templates_dir") == 0) {
       rc = get_str(v, k, &c->templates_dir, errbuf, errlen);
+    } else if (strcmp(k, "checkpoint_dir") == 0) {
+      rc = get_str(v, k, &c->checkpoint_dir, errbuf, errlen);
+    } else if (strcmp(k, "checkpoint_ttl_hours") == 0) {
+      rc = get_int(v, k, 0, &c->checkpoint_ttl_hours, errbuf, errlen);
     } else if (strcmp(k, "advertise_addr") == 0) {
       rc = get_str(v, k, &c->advertise_addr, errbuf, errlen);
     } else if (strcmp(k, "client_advertise") == 0) {
@@ -549,6 +554,12 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
     } else if (strcmp(k, "refill_concurrency") == 0) {
       rc = get_int(v, k, 1, &c->refill_concurrency, errbuf, errlen);
       if (rc == 0 && c->refill_concurrency > 256) rc = fail(errbuf, errlen, "refill_concurrency: at most 256");
+    } else if (strcmp(k, "idle_hibernate_seconds") == 0) {
+      rc = get_int(v, k, 0, &c->idle_hibernate_seconds, errbuf, errlen);
+    } else if (strcmp(k, "archive_after_seconds") == 0) {
+      rc = get_int(v, k, 0, &c->archive_after_seconds, errbuf, errlen);
+    } else if (strcmp(k, "archive_delete_after_seconds") == 0) {
+      rc = get_int(v, k, 0, &c->archive_delete_after_seconds, errbuf, errlen);
     } else if (strcmp(k, "release_delay_seconds") == 0) {
       rc = get_int(v, k, 0, &c->release_delay_seconds, errbuf, errlen);
     } else if (strcmp(k, "sync_claims") == 0) {

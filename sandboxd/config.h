@@ -42,6 +42,11 @@ struct config {
   int max_fork_count;
   int refill_concurrency;
   int release_delay_seconds;
+  int idle_hibernate_seconds; /* node-wide, for unpooled keys (§5.5); 0 = off */
+  int archive_after_seconds;        /* node-wide (§5.7); 0 = off */
+  int archive_delete_after_seconds; /* retention of an archive; 0 = kept */
+  char *checkpoint_dir;       /* NULL = <data_dir>/checkpoints (§5.9) */
+  int checkpoint_ttl_hours;   /* 0 = records are kept until deleted */
   bool sync_claims;
   bool audit_log;
   /* Agent upgrades over a Unix agent channel pass the client socket to

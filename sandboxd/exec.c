@@ -298,7 +298,7 @@ void h_exec(struct sbxd *d, struct http_req *req, const char *id) {
   json_int_t timeout;
   int rc = build_frame(req, body, &frame, &timeout);
   json_decref(body);
-  if (rc < 0) {
+  if (rc < 0 || lease_touch(d, req, l) < 0) { /* a hibernated sandbox wakes (§5.6) */
     sbx_buf_free(&frame);
     return;
   }

@@ -342,6 +342,16 @@ static void usage_rotate(struct sbxd *d) {
 }
 
 int usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref, sbx_error *err) {
+  return usage_event_children(d, ev, l, ref, NULL, 0, err);
+}
+
+void usage_note(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref) {
+  sbx_error err;
+  if (usage_event(d, ev, l, ref, &err) < 0) sbx_warn("usage.jsonl: %s event of %s not recorded: %s", ev, l->id, err.msg);
+}
+
+int usage_event_children(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref,
+                         const char *const *children, size_t nchildren, sbx_error *err) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   char t[64];
@@ -359,6 +369,11 @@ int usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *
   if (l->tenant[0]) line_str(&w, ",", "tenant", l->tenant);
   if (ref) line_str(&w, ",", "ref", ref);
   if (strcmp(ev, "fail") == 0) line_str(&w, ",", "reason", l->failed_reason);
+  for (size_t i = 0; i < nchildren; i++) {
+    if (i == 0) line_raw(&w, ",\"children\":[", 13);
+    line_fmt(&w, "%s\"%s\"", i ? "," : "", children[i]); /* sandbox ids: [a-z0-9_] */
+  }
+  if (nchildren) line_raw(&w, "]", 1);
   line_raw(&w, "}\n", 2);
   if (w.overflow) { /* every field is bounded (see LINE_MAX_BYTES): not expected */
     sbx_warn("usage.jsonl: %s event of %s too long to record", ev, l->id);

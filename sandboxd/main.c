@@ -228,6 +228,7 @@ int main(int argc, char **argv) {
   sbx_pool_mgr_set_background(d->pm, SBX_POOL_SCHED_NICE, d->cfg->reserve_claim_cpu);
   d->leases = sbx_lease_table_new();
   if (recover(d, &err) < 0) sbx_error_log("recovery: %s", err.msg);
+  lifecycle_recover(d);
   struct pool_cfg *p;
   size_t n;
   if (load_pools(d, d->cfg, &p, &n, msg, sizeof msg) < 0) {

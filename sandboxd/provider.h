@@ -58,4 +58,18 @@ typedef void (*provider_adopt_fn)(void *ud, const char *name, struct inst *s);
 int provider_reconcile(struct provider *p, provider_keep_fn keep, provider_adopt_fn adopted, void *ud,
                        sbx_error *err);
 
+/* ---- lifecycle (lifecycle.c): the driver's pause and images ----
+ * What a pause and an image keep ("memory", "filesystem"); NULL when the
+ * driver cannot do that verb. */
+const char *provider_pause_keeps(const struct provider *p);
+const char *provider_image_keeps(const struct provider *p);
+int inst_pause(struct inst *s, sbx_error *err);
+int inst_resume(struct inst *s, sbx_error *err);
+bool inst_paused(struct inst *s); /* as the driver reads it now */
+/* An image of s in dir (created; complete when this returns 0). */
+int inst_snapshot(struct inst *s, const char *dir, sbx_error *err);
+/* A new instance of key started from an image: blocking, for a worker. */
+int provider_restore(struct provider *p, const sbx_pool_key *key, const char *dir, int probe_ms, struct inst **out,
+                     sbx_error *err);
+
 #endif

@@ -47,7 +47,7 @@ sbx_lease *upgrade_open(struct sbxd *d, struct http_req *req, const char *id, co
     return NULL;
   }
   sbx_lease *l = auth_sbx(d, req, id, false, "unknown sandbox");
-  if (!l) return NULL;
+  if (!l || lease_touch(d, req, l) < 0) return NULL; /* a hibernated sandbox wakes (§5.6) */
   sbx_error err;
   if (!l->inst || inst_connect(l->inst, fd, &err) < 0) {
     if (l->inst) sbx_warn("%s upgrade %s: %s", proto, l->id, err.msg);

@@ -91,7 +91,36 @@ static void route_sandbox(struct sbxd *d, struct http_req *req, const char *rest
   else if (strcmp(verb, "agent") == 0) h_agent(d, req, id);
   else if (strcmp(verb, "ports") == 0) h_port(d, req, id, arg);
   else if (strcmp(verb, "owner") == 0) h_owner(d, req, id);
+  else if (strcmp(verb, "hibernate") == 0) h_hibernate(d, req, id);
+  else if (strcmp(verb, "wake") == 0) h_wake(d, req, id);
+  else if (strcmp(verb, "fork") == 0) h_fork(d, req, id);
+  else if (strcmp(verb, "checkpoint") == 0) h_checkpoint_create(d, req, id);
+  else if (strcmp(verb, "promote") == 0) h_promote(d, req, id);
   else not_implemented(req, verb);
+}
+
+/* /v1/checkpoints/{id}[/claim|/blob] */
+static void route_checkpoint(struct sbxd *d, struct http_req *req, const char *rest) {
+  char id[32];
+  const char *slash = strchr(rest, '/');
+  size_t idl = slash ? (size_t)(slash - rest) : strlen(rest);
+  if (idl == 0 || idl >= sizeof id) {
+    reply_error(req, 404, idl ? "unknown checkpoint" : "not found");
+    return;
+  }
+  memcpy(id, rest, idl);
+  id[idl] = '\0';
+  if (!slash) {
+    if (method_is(req, "DELETE")) h_checkpoint_delete(d, req, id);
+    else bad_method(req);
+  } else if (strcmp(slash, "/claim") == 0) {
+    if (method_is(req, "POST")) h_checkpoint_claim(d, req, id);
+    else bad_method(req);
+  } else if (strcmp(slash, "/blob") == 0) {
+    not_implemented(req, "checkpoint blob transfer (cluster heal)");
+  } else {
+    reply_error(req, 404, "not found");
+  }
 }
 
 void router_handle(struct http_req *req, void *arg) {
@@ -128,10 +157,13 @@ void router_handle(struct http_req *req, void *arg) {
     if (method_is(req, "GET")) h_volumes(d, req);
     else bad_method(req);
   } else if (strcmp(p, "/v1/templates") == 0) {
-    if (method_is(req, "DELETE")) not_implemented(req, "template delete");
+    if (method_is(req, "DELETE")) h_template_delete(d, req);
     else bad_method(req);
-  } else if (strcmp(p, "/v1/checkpoints") == 0 || strncmp(p, "/v1/checkpoints/", 16) == 0) {
-    not_implemented(req, "checkpoints");
+  } else if (strcmp(p, "/v1/checkpoints") == 0) {
+    if (method_is(req, "GET")) h_checkpoint_list(d, req);
+    else bad_method(req);
+  } else if (strncmp(p, "/v1/checkpoints/", 16) == 0) {
+    route_checkpoint(d, req, p + 16);
   } else if (strncmp(p, "/p/", 3) == 0) {
     reply_error(req, 501, "preview not configured");
   } else {
@@ -164,5 +196,9 @@ bool router_head(struct http_req *req, void *arg) {
   if (strcmp(verb, "release") == 0 || strcmp(verb, "renew") == 0)
     return auth_sbx(d, req, id, true, "unknown sandbox") != NULL;
   if (strcmp(verb, "exec") == 0) return auth_sbx(d, req, id, false, "unknown sandbox") != NULL;
+  if (strcmp(verb, "hibernate") == 0 || strcmp(verb, "wake") == 0)
+    return auth_sbx(d, req, id, true, "unknown sandbox") != NULL;
+  if (strcmp(verb, "fork") == 0 || strcmp(verb, "checkpoint") == 0 || strcmp(verb, "promote") == 0)
+    return auth_node(d, req, false, &who) == 0;
   return true;
 }

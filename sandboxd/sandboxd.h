@@ -115,6 +115,12 @@ int journal_del(struct sbxd *d, const char *id, sbx_error *err);
 json_t *journal_read_claims(struct sbxd *d);
 /* One §6.1 line; "fail" adds the lease's failed_reason as "reason". */
 int usage_event(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref, sbx_error *err);
+/* The same with "children" (the fork event, §6.1). */
+int usage_event_children(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref,
+                         const char *const *children, size_t nchildren, sbx_error *err);
+/* usage_event for a transition already made (the lifecycle verbs): a line
+ * that cannot be written is logged, not undone. */
+void usage_note(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref);
 int journal_write_pools(struct sbxd *d, const struct pool_cfg *p, size_t n, sbx_error *err);
 /* pools.json if present: 1 and the pools, 0 if absent, -1 on error. */
 int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, char *errbuf, size_t errlen);
@@ -171,6 +177,57 @@ void watch_arm(struct sbxd *d, sbx_lease *l);
 void watch_arm_all(struct sbxd *d); /* the adopted ones, once the loop exists */
 void watch_disarm(struct sbxd *d, sbx_lease *l);
 void watch_disarm_all(struct sbxd *d);
+
+/* ---- lifecycle.c: hibernate, wake, fork, idle hibernate (§4.5, 4.6,
+ * 4.10, 5.5, 5.6, 5.8) ---- */
+void h_hibernate(struct sbxd *d, struct http_req *req, const char *id);
+void h_wake(struct sbxd *d, struct http_req *req, const char *id);
+void h_fork(struct sbxd *d, struct http_req *req, const char *id);
+/* Hibernated now (the driver's view, which survives a restart). */
+bool lease_hibernated(struct sbxd *d, const sbx_lease *l);
+/* A data-plane use (agent, ports, exec): wakes a hibernated sandbox
+ * first and restarts its idle clock. -1 with 500 "wake failed" answered. */
+int lease_touch(struct sbxd *d, struct http_req *req, sbx_lease *l);
+/* Idle auto-hibernate, on the reap tick. */
+void lifecycle_tick(struct sbxd *d);
+/* At start: transient images a killed daemon left. */
+void lifecycle_recover(struct sbxd *d);
+/* The ownership proof of §2.5 (body "token"); NULL with the error answered. */
+sbx_lease *auth_proof(struct sbxd *d, struct http_req *req, const char *id, json_t *body, const struct caller *who);
+/* ttl_seconds per §1.9 (claims.c); -1 with 400 answered. */
+int body_ttl(struct http_req *req, json_t *body, int *out);
+
+/* ---- checkpoint.c, promote.c (§4.11-4.16, 5.9, 5.10) ---- */
+void h_checkpoint_create(struct sbxd *d, struct http_req *req, const char *id);
+void h_checkpoint_list(struct sbxd *d, struct http_req *req);
+void h_checkpoint_delete(struct sbxd *d, struct http_req *req, const char *id);
+void h_checkpoint_claim(struct sbxd *d, struct http_req *req, const char *id);
+/* TTL sweep; at startup also removes exports that never committed. */
+void checkpoint_sweep(struct sbxd *d, bool startup);
+void h_promote(struct sbxd *d, struct http_req *req, const char *id);
+void h_template_delete(struct sbxd *d, struct http_req *req);
+void promote_sweep(struct sbxd *d); /* generations no meta.json names */
+/* "sha256:<hex>" of the canonical stream of §5.10 over root's files. */
+int content_digest(const char *root, char out[80], sbx_error *err);
+/* A claim of a key promoted here and owned by the caller: started (and
+ * answered) from the promoted export; 0 when the key is not promoted. */
+int promoted_claim(struct sbxd *d, struct http_req *req, const struct caller *who, const sbx_pool_key *key, int ttl,
+                   const char *claim_ref);
+
+/* An export of l into the checkpoint store (the record, or NULL); archive
+ * records are the archive tier's. */
+json_t *checkpoint_export(struct sbxd *d, sbx_lease *l, const char *tenant, const char *name, bool archive,
+                          char ckid[24], sbx_error *err);
+void checkpoint_remove(struct sbxd *d, const char *id);
+void checkpoint_export_path(struct sbxd *d, const char *id, char *out, size_t cap);
+
+/* ---- archive.c (§5.7) ---- */
+bool lease_archived(const sbx_lease *l);
+void archive_tick(struct sbxd *d, int64_t idle_since_fn(const char *id));
+int archive_wake(struct sbxd *d, sbx_lease *l, sbx_error *err); /* fresh lease, same id and token */
+void archive_forget(struct sbxd *d, const sbx_lease *l);        /* on release */
+void archive_recover(struct sbxd *d);
+size_t archive_count(void);
 
 /* ---- exec.c ---- */
 void h_exec(struct sbxd *d, struct http_req *req, const char *id);

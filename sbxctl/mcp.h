@@ -151,6 +151,14 @@ int mcp_unsupported(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
 /* search and replace (mcp_search.c) */
 int mcp_search(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
 int mcp_replace(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+/* mcp_life.c */
+int mcp_fork(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_checkpoint(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_branch_checkpoint(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
+int mcp_list_checkpoints(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
+int mcp_delete_checkpoint(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
+int mcp_promote(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_wake(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
 /* Run fn on the sandbox of args' sandbox_id. */
 int mcp_with_sandbox(mcp_call *c, json_t *a, mcp_sandbox_fn fn, json_t **out, sbx_error *err);
 

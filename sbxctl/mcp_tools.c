@@ -15,7 +15,6 @@
 #define PATH_PROP "\"path\":{\"type\":\"string\",\"pattern\":\"^/\",\"description\":\"absolute path in the sandbox\"}"
 #define CKPT_PROP "\"checkpoint_id\":{\"type\":\"string\",\"description\":\"id returned by checkpoint\"}"
 
-#define UNSUPPORTED " Not available yet: this sandboxd lacks the verb, so the call answers an error."
 
 const mcp_tool mcp_tools[] = {
     {"create_sandbox", "Create sandbox",
@@ -88,34 +87,52 @@ const mcp_tool mcp_tools[] = {
      "capacity. Needs the operator token.",
      "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true, mcp_node_info, NULL},
     {"fork", "Fork sandbox",
-     "Copy a running sandbox into a new one with the same files and return the new sandbox_id." UNSUPPORTED,
-     ONLY_ID, false, false, false, mcp_unsupported, NULL},
+     "Fork a sandbox into count independent children (all or none; count up to the node's max_fork_count, "
+     "default 16) and return their sandbox_ids; each lives one hour. The answer's keeps says what they start "
+     "from: \"filesystem\" (jail nodes) means a copy of the files with fresh processes, no running process or "
+     "shell session. The parent keeps running.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"count\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"number of children, 1 to the node's "
+     "max_fork_count (default 16)\"}},\"required\":[\"sandbox_id\",\"count\"],\"additionalProperties\":false}",
+     false, false, false, NULL, mcp_fork},
     {"hibernate", "Hibernate sandbox",
-     "Suspend a sandbox to disk to save resources; it wakes on the next call." UNSUPPORTED, ONLY_ID, false, false,
-     true, NULL, mcp_hibernate},
+     "Hibernate a sandbox: it uses no CPU, keeps its id, files, processes and shell sessions (jail nodes keep its "
+     "memory too), and wakes transparently on the next exec, file or process call.",
+     ONLY_ID, false, false, true, NULL, mcp_hibernate},
     {"checkpoint", "Checkpoint sandbox",
-     "Save a sandbox's filesystem as a named checkpoint that outlives the sandbox; returns checkpoint_id." UNSUPPORTED,
+     "Save a sandbox's state as a checkpoint without stopping it and return checkpoint_id; branch_checkpoint "
+     "starts new sandboxes from it any number of times. keeps says what is saved: \"filesystem\" (jail nodes) "
+     "means files only, not running processes.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
      "\"name\":{\"type\":\"string\",\"description\":\"optional label\"}},"
      "\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
-     false, false, false, mcp_unsupported, NULL},
+     false, false, false, NULL, mcp_checkpoint},
     {"branch_checkpoint", "Sandbox from checkpoint",
-     "Create a new sandbox starting from a checkpoint; returns sandbox_id." UNSUPPORTED,
+     "Create a new sandbox from a checkpoint and return its sandbox_id; it lives one hour. The checkpoint is "
+     "unchanged and can be branched again. With keeps \"filesystem\" it starts fresh processes on the saved files.",
      "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
      "\"additionalProperties\":false}",
-     false, false, false, mcp_unsupported, NULL},
-    {"list_checkpoints", "List checkpoints", "List the checkpoints this token owns." UNSUPPORTED,
-     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true, mcp_unsupported, NULL},
-    {"delete_checkpoint", "Delete checkpoint", "Delete a checkpoint for good." UNSUPPORTED,
+     false, false, false, mcp_branch_checkpoint, NULL},
+    {"list_checkpoints", "List checkpoints",
+     "List the checkpoints this token owns, newest first: checkpoint_id, name, source sandbox_id, created_at.",
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", true, false, true,
+     mcp_list_checkpoints, NULL},
+    {"delete_checkpoint", "Delete checkpoint",
+     "Delete a checkpoint for good. Sandboxes already branched from it are unaffected.",
      "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
      "\"additionalProperties\":false}",
-     false, true, true, mcp_unsupported, NULL},
-    {"promote", "Promote checkpoint",
-     "Make a checkpoint the template new sandboxes of that template start from (replaces the previous "
-     "one)." UNSUPPORTED,
-     "{\"type\":\"object\",\"properties\":{" CKPT_PROP "},\"required\":[\"checkpoint_id\"],"
-     "\"additionalProperties\":false}",
-     false, true, true, mcp_unsupported, NULL},
+     false, true, true, mcp_delete_checkpoint, NULL},
+    {"promote", "Promote sandbox to template",
+     "Publish the sandbox's current files as the template template_name (same net and size); later "
+     "create_sandbox calls with that name start from a copy. Promoting to the same name again replaces the "
+     "template. Returns its content_digest.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP ","
+     "\"template_name\":{\"type\":\"string\",\"description\":\"template name to publish as\"}},"
+     "\"required\":[\"sandbox_id\",\"template_name\"],\"additionalProperties\":false}",
+     false, true, false, NULL, mcp_promote},
+    {"wake", "Wake sandbox",
+     "Wake a hibernated sandbox now (any other call wakes it anyway); a running one is left as it is.", ONLY_ID,
+     false, false, true, NULL, mcp_wake},
     {"search", "Search files",
      "Search the text files under a directory of a sandbox for lines matching a regex (PCRE2 syntax, UTF-8, "
      "searched within each line); returns each match's file, line number and line content (at most 1000, "

@@ -49,6 +49,24 @@ const rcmd sbxctl_cmds[] = {
     {"drain", cmd_drain, "", "Cordon the node: new claims are refused, warm sandboxes destroyed."},
     {"uncordon", cmd_uncordon, "", "Lift a drain."},
     {"completion", cmd_completion, "bash|zsh|fish", "Print the shell completion script for bash, zsh or fish."},
+    {"hibernate", cmd_hibernate, "ID...",
+     "Hibernate sandboxes: no CPU until woken. What is kept depends on the node's driver: the jail keeps "
+     "processes, memory and sessions (the cgroup freezer; memory is not released). The next exec, shell, cp or "
+     "agent connection wakes it."},
+    {"wake", cmd_wake, "ID...", "Wake hibernated (or archived) sandboxes; a running one is left as it is."},
+    {"fork", cmd_fork, "ID [-n|--count N] [--ttl SECONDS] [--ref-prefix P]",
+     "Fork a sandbox into N children (all or none) and print their ids. With the jail driver children get a copy "
+     "of the files only: they start fresh processes, no session carries over."},
+    {"checkpoint", cmd_checkpoint, "ID [--name NAME]",
+     "Save a sandbox's filesystem as a checkpoint (it keeps running) and print the checkpoint id. With the jail "
+     "driver a checkpoint keeps files, not processes."},
+    {"checkpoints", cmd_checkpoints, "", "List the checkpoints the token owns, newest first."},
+    {"branch", cmd_branch, "CHECKPOINT_ID [--ttl SECONDS]",
+     "Start a new sandbox from a checkpoint (fresh processes on its files) and print its id."},
+    {"promote", cmd_promote, "ID TEMPLATE",
+     "Make the sandbox's filesystem the template TEMPLATE (same net and size): claims of it start from a copy. "
+     "Prints the content digest."},
+    {"rm-checkpoint", cmd_rm_checkpoint, "CHECKPOINT_ID...", "Delete checkpoints for good."},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -91,7 +109,7 @@ static void usage_all(FILE *f) {
              "  --addr   sandboxd address (env SANDBOXD_ADDR, default 127.0.0.1:7777)\n"
              "  --token  node token (env SANDBOXD_TOKEN)\n"
              "  --json   machine-readable output\n\ncommands:\n");
-  for (const rcmd *c = sbxctl_cmds; c->name; c++) fprintf(f, "  %-9s %s\n", c->name, c->args);
+  for (const rcmd *c = sbxctl_cmds; c->name; c++) fprintf(f, "  %-13s %s\n", c->name, c->args);
   fprintf(f, "\n'sbxctl COMMAND --help' describes a command.\n");
 }
 

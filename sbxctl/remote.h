@@ -86,5 +86,13 @@ int cmd_completion(rctx *r, int argc, char **argv);
 int cmd_find(rctx *r, int argc, char **argv);
 int cmd_replace(rctx *r, int argc, char **argv);
 int cmd_watch(rctx *r, int argc, char **argv);
+int cmd_hibernate(rctx *r, int argc, char **argv);
+int cmd_wake(rctx *r, int argc, char **argv);
+int cmd_fork(rctx *r, int argc, char **argv);
+int cmd_checkpoint(rctx *r, int argc, char **argv);
+int cmd_checkpoints(rctx *r, int argc, char **argv);
+int cmd_branch(rctx *r, int argc, char **argv);
+int cmd_promote(rctx *r, int argc, char **argv);
+int cmd_rm_checkpoint(rctx *r, int argc, char **argv);
 
 #endif

@@ -213,6 +213,53 @@ int sbx_sandbox_renew(sbx_sandbox *s, int64_t ttl_seconds, sbx_error *err);
 int sbx_sandbox_hibernate(sbx_sandbox *s, sbx_error *err);
 int sbx_sandbox_wake(sbx_sandbox *s, sbx_error *err);
 
+/* ---- lifecycle: fork, checkpoints, branch, promote (docs/client.md) ----
+ * What survives is the node driver's to say: each answer carries "keeps"
+ * ("memory" or "filesystem"); with the jail, fork children, branches and
+ * promoted templates start fresh processes on a copy of the files (no
+ * session carries over), while hibernate keeps processes and memory. */
+typedef struct sbx_fork_opts {
+  size_t struct_size;           /* SBX_FORK_OPTS_INIT */
+  int count;                    /* children, 1..the node's max_fork_count; 0 = 1 */
+  int64_t ttl_seconds;          /* lease of each child; 0 = server default (300) */
+  const char *claim_ref_prefix; /* child i gets claim_ref prefix + i; NULL = none */
+} sbx_fork_opts;
+#define SBX_FORK_OPTS_INIT(...) {.struct_size = sizeof(sbx_fork_opts), __VA_ARGS__}
+/* POST …/fork: all children or none. *children is an sbx_malloc'd array of
+ * *n handles (free each, then the array). */
+int sbx_sandbox_fork(sbx_sandbox *s, const sbx_fork_opts *opts, sbx_sandbox ***children, size_t *n, char **json,
+                     sbx_error *err);
+
+typedef struct sbx_checkpoint {
+  char id[64];
+  char name[128];
+  char sandbox_id[64];
+  sbx_client_pool_key key;
+  char tenant[128];
+  char created_at[64];
+} sbx_checkpoint;
+/* POST …/checkpoint (name may be NULL); the source keeps running. */
+int sbx_sandbox_checkpoint(sbx_sandbox *s, const char *name, sbx_checkpoint *out, char **json, sbx_error *err);
+/* GET /v1/checkpoints, newest first; *list is an sbx_malloc'd array. */
+int sbx_client_checkpoints(sbx_client *c, sbx_checkpoint **list, size_t *n, char **json, sbx_error *err);
+/* DELETE /v1/checkpoints/{id}. */
+int sbx_client_checkpoint_delete(sbx_client *c, const char *id, sbx_error *err);
+typedef struct sbx_branch_opts {
+  size_t struct_size;  /* SBX_BRANCH_OPTS_INIT */
+  int64_t ttl_seconds; /* 0 = server default (300) */
+} sbx_branch_opts;
+#define SBX_BRANCH_OPTS_INIT(...) {.struct_size = sizeof(sbx_branch_opts), __VA_ARGS__}
+/* POST /v1/checkpoints/{id}/claim: a new sandbox from the checkpoint. */
+int sbx_client_branch(sbx_client *c, const char *checkpoint_id, const sbx_branch_opts *opts, sbx_sandbox **out,
+                      char **json, sbx_error *err);
+/* POST …/promote: the sandbox becomes template template_ (same net and
+ * size); digest gets its "sha256:…" content digest (80 bytes) when given. */
+int sbx_sandbox_promote(sbx_sandbox *s, const char *template_, char *digest, size_t digest_len, char **json,
+                        sbx_error *err);
+/* DELETE /v1/templates (net, size NULL = none, small). */
+int sbx_client_template_delete(sbx_client *c, const char *template_, const char *net, const char *size,
+                               sbx_error *err);
+
 /* Close the parked connections (before a hibernate, or to measure a cold
  * dial); the next verb dials afresh. */
 void sbx_sandbox_close_idle(sbx_sandbox *s);

@@ -12,7 +12,14 @@
  *   clone             -> a running sandbox whose silkd answers `info`
  *   connect           -> a connected stream to silkd (the agent channel)
  *   pause / resume    -> freeze / thaw every process of the sandbox
- *   snapshot/restore  -> SBX_E_UNSUPPORTED until the lifecycle issue
+ *   snapshot/restore  -> an image of the sandbox in a directory, and a new
+ *                        sandbox started from one (fork, checkpoint,
+ *                        branch, promote, archive). What images and pauses
+ *                        keep is declared per driver (sbx_driver_*_keeps):
+ *                        the jail pauses with the cgroup freezer (memory
+ *                        kept) and images its filesystem only (a restore
+ *                        starts fresh processes); qemu answers
+ *                        SBX_E_UNSUPPORTED to snapshot/restore for now
  *   stats             -> cpu, memory, pids
  *   destroy           -> kill, wait, unmount, remove cgroups and scratch
  *   reconcile         -> after a restart: list what exists on disk and in
@@ -176,7 +183,22 @@ int sbx_sandbox_clone(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *
 int sbx_sandbox_connect(sbx_instance *s, int *fd_out, sbx_error *err);
 int sbx_sandbox_pause(sbx_instance *s, sbx_error *err);
 int sbx_sandbox_resume(sbx_instance *s, sbx_error *err);
+/* Write an image of s into dir (created here; it must not exist, and it is
+ * complete once this returns 0: a crash leaves no file named "layers" in
+ * it). The jail pauses s while its writable layer is copied and leaves a
+ * paused s paused. The image is not synced to disk: a caller that must find
+ * it after a crash syncs it (syncfs) before recording it. */
 int sbx_sandbox_snapshot(sbx_instance *s, const char *dir, sbx_error *err);
+/* A new sandbox from an image written by snapshot, as clone does. */
+int sbx_sandbox_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out,
+                        sbx_error *err);
+/* Paused (hibernated) now; also true for a sandbox adopted after a restart
+ * that was paused before it. */
+bool sbx_sandbox_is_paused(sbx_instance *s);
+/* "memory" or "filesystem": what a pause and an image keep; NULL when the
+ * driver cannot do that verb (its calls answer SBX_E_UNSUPPORTED). */
+const char *sbx_driver_pause_keeps(const sbx_driver *d);
+const char *sbx_driver_image_keeps(const sbx_driver *d);
 int sbx_sandbox_stats(sbx_instance *s, sbx_stats *out, sbx_error *err);
 /* Wait for pid 1 to exit (timeout_ms < 0: forever); *code as a shell
  * reports it (128 + signal). SBX_E_TIMEOUT if still running. */

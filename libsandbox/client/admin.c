@@ -8,7 +8,7 @@
 
 #include "client/client_priv.h"
 
-static void str_field(json_t *o, const char *name, char *dst, size_t cap) {
+void sbxi_client_str_field(json_t *o, const char *name, char *dst, size_t cap) {
   const char *v = json_string_value(json_object_get(o, name));
   snprintf(dst, cap, "%s", v ? v : "");
 }
@@ -18,26 +18,26 @@ static int64_t int_field(json_t *o, const char *name) {
   return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
 }
 
-static void key_from(json_t *k, sbx_client_pool_key *key) {
-  str_field(k, "template", key->template_, sizeof key->template_);
-  str_field(k, "net", key->net, sizeof key->net);
-  str_field(k, "size", key->size, sizeof key->size);
+void sbxi_client_key_from(json_t *k, sbx_client_pool_key *key) {
+  sbxi_client_str_field(k, "template", key->template_, sizeof key->template_);
+  sbxi_client_str_field(k, "net", key->net, sizeof key->net);
+  sbxi_client_str_field(k, "size", key->size, sizeof key->size);
 }
 
 static void row_from(json_t *o, sbx_sandbox_row *r) {
   memset(r, 0, sizeof *r);
-  str_field(o, "id", r->id, sizeof r->id);
-  key_from(json_object_get(o, "key"), &r->key);
-  str_field(o, "deadline", r->deadline, sizeof r->deadline);
-  str_field(o, "claimed_at", r->claimed_at, sizeof r->claimed_at);
+  sbxi_client_str_field(o, "id", r->id, sizeof r->id);
+  sbxi_client_key_from(json_object_get(o, "key"), &r->key);
+  sbxi_client_str_field(o, "deadline", r->deadline, sizeof r->deadline);
+  sbxi_client_str_field(o, "claimed_at", r->claimed_at, sizeof r->claimed_at);
   r->hibernated = json_is_true(json_object_get(o, "hibernated"));
   r->archived = json_is_true(json_object_get(o, "archived"));
-  str_field(o, "from_checkpoint", r->from_checkpoint, sizeof r->from_checkpoint);
-  str_field(o, "claim_ref", r->claim_ref, sizeof r->claim_ref);
-  str_field(o, "token", r->token, sizeof r->token);
+  sbxi_client_str_field(o, "from_checkpoint", r->from_checkpoint, sizeof r->from_checkpoint);
+  sbxi_client_str_field(o, "claim_ref", r->claim_ref, sizeof r->claim_ref);
+  sbxi_client_str_field(o, "token", r->token, sizeof r->token);
 }
 
-static json_t *load(const sbx_buf *b, const char *verb, sbx_error *err) {
+json_t *sbxi_client_load(const sbx_buf *b, const char *verb, sbx_error *err) {
   json_error_t je;
   json_t *j = json_loadb(b->ptr ? b->ptr : "", b->len, 0, &je);
   if (!j || !json_is_object(j)) {
@@ -60,7 +60,7 @@ int sbx_client_sandboxes(sbx_client *c, const char *claim_ref, sbx_sandbox_row *
   sbx_buf resp = SBX_BUF_INIT(CLIENT_BODY_CAP);
   if (rc == 0) rc = http_call(c, &c->entry, "sandboxes", "GET", path.ptr, NULL, c->token, c->request_timeout_ms,
                               &resp, err);
-  json_t *j = rc == 0 ? load(&resp, "sandboxes", err) : NULL;
+  json_t *j = rc == 0 ? sbxi_client_load(&resp, "sandboxes", err) : NULL;
   if (rc == 0 && !j) rc = SBX_E_PARSE;
   if (rc == 0) {
     json_t *arr = json_object_get(j, "sandboxes");
@@ -84,7 +84,7 @@ int sbx_client_sandbox_info(sbx_client *c, const char *id, sbx_sandbox_row *row,
   snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
   sbx_buf resp = SBX_BUF_INIT(CLIENT_BODY_CAP);
   rc = http_call(c, &c->entry, "info", "GET", path, NULL, c->token, c->request_timeout_ms, &resp, err);
-  json_t *j = rc == 0 ? load(&resp, "info", err) : NULL;
+  json_t *j = rc == 0 ? sbxi_client_load(&resp, "info", err) : NULL;
   if (rc == 0 && !j) rc = SBX_E_PARSE;
   if (rc == 0) {
     row_from(j, row);
@@ -103,7 +103,7 @@ void sbx_node_info_free(sbx_node_info *info) {
 }
 
 int node_info_parse(const sbx_buf *resp, const char *verb, sbx_node_info *out, sbx_error *err) {
-  json_t *j = load(resp, verb, err);
+  json_t *j = sbxi_client_load(resp, verb, err);
   if (!j) return SBX_E_PARSE;
   memset(out, 0, sizeof *out);
   json_t *pools = json_object_get(j, "pools");
@@ -112,7 +112,7 @@ int node_info_parse(const sbx_buf *resp, const char *verb, sbx_node_info *out, s
   for (size_t i = 0; i < out->npools; i++) {
     json_t *p = json_array_get(pools, i);
     sbx_pool_state *ps = &out->pools[i];
-    key_from(json_object_get(p, "key"), &ps->key);
+    sbxi_client_key_from(json_object_get(p, "key"), &ps->key);
     ps->warm = int_field(p, "warm");
     ps->refilling = int_field(p, "refilling");
     ps->target = int_field(p, "target");
@@ -123,7 +123,7 @@ int node_info_parse(const sbx_buf *resp, const char *verb, sbx_node_info *out, s
   out->archived = int_field(j, "archived");
   out->draining = json_is_true(json_object_get(j, "draining"));
   out->at_capacity = json_is_true(json_object_get(j, "at_capacity"));
-  str_field(j, "at_capacity_reason", out->at_capacity_reason, sizeof out->at_capacity_reason);
+  sbxi_client_str_field(j, "at_capacity_reason", out->at_capacity_reason, sizeof out->at_capacity_reason);
   out->json = sbx_strndup(resp->ptr, resp->len);
   json_decref(j);
   return 0;

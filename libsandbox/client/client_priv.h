@@ -4,6 +4,8 @@
 
 #include <pthread.h>
 
+#include <jansson.h>
+
 #include <sandbox/client.h>
 
 #include "core/opts.h"
@@ -78,6 +80,12 @@ int dial_read_upgrade(int fd, const char *verb, int timeout_ms, sbx_buf *pending
 /* ---- admin.c ---- */
 /* A node info answer (GET /v1/info, drain, pools) into out. */
 int node_info_parse(const sbx_buf *resp, const char *verb, sbx_node_info *out, sbx_error *err);
+
+/* JSON helpers of the control-plane answers: a string field copied into
+ * dst ("" when absent), a PoolKey, and a body that must be an object. */
+void sbxi_client_str_field(json_t *o, const char *name, char *dst, size_t cap);
+void sbxi_client_key_from(json_t *k, sbx_client_pool_key *key);
+json_t *sbxi_client_load(const sbx_buf *b, const char *verb, sbx_error *err);
 
 /* ---- tls.c ---- */
 /* TLS over the connected fd (which it takes over, also on failure); *out is

@@ -137,6 +137,18 @@ int sbx_sandbox_resume(sbx_instance *s, sbx_error *err) { return OPS(s)->resume(
 int sbx_sandbox_snapshot(sbx_instance *s, const char *dir, sbx_error *err) {
   return OPS(s)->snapshot(s, dir, err);
 }
+int sbx_sandbox_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out,
+                        sbx_error *err) {
+  *out = NULL;
+  if (!spec) return sbx_err(err, SBX_E_INVAL, "restore: no spec");
+  sbxi_clone_spec s = {0};
+  int rc = sbxi_opts_load(&s.pub, sizeof s.pub, spec, SBXI_SIZE_TO(sbx_clone_spec, ready_timeout_ms),
+                          "clone spec", err);
+  return rc < 0 ? rc : d->ops->restore(d, dir, &s.pub, out, err);
+}
+bool sbx_sandbox_is_paused(sbx_instance *s) { return OPS(s)->is_paused && OPS(s)->is_paused(s); }
+const char *sbx_driver_pause_keeps(const sbx_driver *d) { return d->ops->pause_keeps; }
+const char *sbx_driver_image_keeps(const sbx_driver *d) { return d->ops->image_keeps; }
 int sbx_sandbox_stats(sbx_instance *s, sbx_stats *out, sbx_error *err) { return OPS(s)->stats(s, out, err); }
 int sbx_sandbox_wait(sbx_instance *s, int timeout_ms, int *code, sbx_error *err) {
   return OPS(s)->wait(s, timeout_ms, code, err);

@@ -32,6 +32,15 @@ typedef struct sbx_driver_ops {
   int (*resume)(sbx_instance *s, sbx_error *err);
   int (*snapshot)(sbx_instance *s, const char *dir, sbx_error *err);
   int (*restore)(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out, sbx_error *err);
+  /* Paused now, as the kernel or VMM says (survives a restart of the
+   * caller); NULL = never reported paused. */
+  bool (*is_paused)(sbx_instance *s);
+  /* What a pause (hibernate) and an image (snapshot: fork, checkpoint,
+   * promote, archive) keep: "memory" (processes, memory and the
+   * filesystem), "filesystem" (files only: a restore starts fresh
+   * processes). NULL = the verb is not available with this driver. */
+  const char *pause_keeps;
+  const char *image_keeps;
   int (*stats)(sbx_instance *s, sbx_stats *out, sbx_error *err);
   /* Wait for pid 1 to exit (timeout_ms < 0: forever); *code as a shell
    * reports it (128 + signal). SBX_E_TIMEOUT if still running. */

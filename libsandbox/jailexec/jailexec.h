@@ -143,4 +143,12 @@ typedef struct jail_zyg_reply {
  * returns. */
 int sbxi_jail_zygote_serve(int fd, int (*run)(void *arg), void *arg);
 
+/* pid 1 keeps an O_PATH descriptor of its writable layer's tmpfs at this
+ * number: the tmpfs is mounted in the jail's own mount namespace and
+ * detached from every path by pivot_root, so the host reaches it (to
+ * freeze it into an image) only as /proc/<pid 1>/fd/JAIL_UPPER_FD. silkd
+ * marks every descriptor from 3 up close-on-exec for the commands it
+ * runs, so none of them inherits it. */
+#define JAIL_UPPER_FD 6
+
 #endif

@@ -57,6 +57,7 @@ const char *jail_step_name(int step) {
 }
 
 static int report_fd = -1;
+static int upper_fd = -1; /* the writable layer's tmpfs, O_PATH */
 
 static __attribute__((noreturn)) void fail(int step, int errnum, const char *what) {
   jail_report r;
@@ -118,6 +119,9 @@ static void run_op(const jail_plan *p, size_t i, int *rootfd) {
   switch (op->kind) {
   case JOP_TMPFS_HOST:
     if (mount("tmpfs", op->target, "tmpfs", op->flags, op->data) < 0) fail(step, errno, op->target);
+    /* Kept by pid 1 (JAIL_UPPER_FD): the host's only way to this tmpfs. */
+    upper_fd = open(op->target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (upper_fd < 0) fail(step, errno, op->target);
     return;
   case JOP_MKDIR_HOST:
     if (mkdir(op->target, 0755) < 0 && errno != EEXIST) fail(step, errno, op->target);
@@ -237,6 +241,7 @@ static void arrange_fds(const jail_plan *p) {
   if (p->listen_fd >= 0 && (lfd = fcntl(p->listen_fd, F_DUPFD_CLOEXEC, HI)) < 0) fail(STEP_FDS, errno, "dup listen");
   if (p->exec_fd >= 0 && (xfd = fcntl(p->exec_fd, F_DUPFD_CLOEXEC, HI)) < 0) fail(STEP_FDS, errno, "dup exec");
   if ((rfd = fcntl(report_fd, F_DUPFD_CLOEXEC, HI)) < 0) fail(STEP_FDS, errno, "dup report");
+  if (upper_fd >= 0 && (upper_fd = fcntl(upper_fd, F_DUPFD_CLOEXEC, HI)) < 0) fail(STEP_FDS, errno, "dup upper");
   report_fd = rfd;
   for (int i = 0; i < 3; i++)
     if (dup2(in[i], i) < 0) fail(STEP_FDS, errno, "dup2 stdio");
@@ -246,7 +251,11 @@ static void arrange_fds(const jail_plan *p) {
   report_fd = 5;
   if (lfd < 0) close(3);
   if (xfd < 0) close(4);
-  if (syscall(SYS_close_range, 6u, ~0u, 0u) < 0) fail(STEP_FDS, errno, "close_range");
+  /* Not close-on-exec: an exec'd silkd keeps it (an O_PATH descriptor
+   * reads nothing by itself; see JAIL_UPPER_FD). */
+  if (upper_fd >= 0 && dup2(upper_fd, JAIL_UPPER_FD) < 0) fail(STEP_FDS, errno, "dup2 upper");
+  if (syscall(SYS_close_range, upper_fd >= 0 ? JAIL_UPPER_FD + 1u : 6u, ~0u, 0u) < 0)
+    fail(STEP_FDS, errno, "close_range");
 }
 
 static void drop_caps(uint64_t keep) {

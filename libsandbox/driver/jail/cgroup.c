@@ -240,6 +240,15 @@ int jail_cgroup_freeze(jail_cgroup *cg, const char *id, bool frozen, sbx_error *
   return sbx_err(err, SBX_E_TIMEOUT, "cgroup %s did not freeze", id);
 }
 
+bool jail_cgroup_frozen(jail_cgroup *cg, const char *id) {
+  if (!cg->have[CTL_FREEZER]) return false;
+  const char *dir = dir_of(cg, CTL_FREEZER);
+  char buf[256];
+  if (cg->v2) return read_at(dir, id, "cgroup.freeze", buf, sizeof buf) > 0 && buf[0] == '1';
+  return read_at(dir, id, "freezer.state", buf, sizeof buf) > 0 &&
+         (strncmp(buf, "FROZEN", 6) == 0 || strncmp(buf, "FREEZING", 8) == 0);
+}
+
 /* The "oom_kill N" line of memory.events (v2) or memory.oom_control (v1). */
 static uint64_t oom_kill_count(const char *text) {
   const char *p = strstr(text, "oom_kill ");

@@ -142,6 +142,7 @@ static int sock_path(const jail_driver *jd, const char *id, struct sockaddr_un *
 void jail_teardown_host(jail_driver *jd, const char *id) {
   jail_cgroup_remove(jd->cg, id, NULL);
   sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
+  jail_image_drop(jd, id);
 }
 
 static int code_of(int status) {
@@ -355,6 +356,8 @@ int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *
     goto fail;
   }
   close(sfd);
+  /* ... and the layers it runs on, which its images stack on (layers.c). */
+  if ((rc = jail_layers_save(dfd, layers, err)) < 0) goto fail;
 
   if (!hook->init_argv) {
     int afd = -1;
@@ -431,14 +434,7 @@ static int jail_resume(sbx_instance *s, sbx_error *err) {
   return jail_cgroup_freeze(s->jd->cg, s->hdr.id, false, err);
 }
 
-static int jail_snapshot(sbx_instance *s, const char *dir, sbx_error *err) {
-  return sbx_err(err, SBX_E_UNSUPPORTED, "jail: snapshot is not implemented yet");
-}
-static int jail_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out,
-                        sbx_error *err) {
-  *out = NULL;
-  return sbx_err(err, SBX_E_UNSUPPORTED, "jail: restore is not implemented yet");
-}
+static bool jail_is_paused(sbx_instance *s) { return jail_cgroup_frozen(s->jd->cg, s->hdr.id); }
 
 static int jail_stats(sbx_instance *s, sbx_stats *out, sbx_error *err) {
   return jail_cgroup_stats(s->jd->cg, s->hdr.id, out, err);
@@ -480,6 +476,7 @@ int jail_destroy(sbx_instance *s, sbx_error *err) {
   }
   int rc = jail_cgroup_remove(jd->cg, s->hdr.id, err);
   int rc2 = sbxi_rm_rf_at(jd->run_dirfd, s->hdr.id, rc < 0 ? NULL : err);
+  jail_image_drop(jd, s->hdr.id);
   close(s->pidfd);
   sbx_free(s);
   return rc < 0 ? rc : rc2;
@@ -501,6 +498,9 @@ const sbx_driver_ops sbxi_jail_driver_ops = {
     .resume = jail_resume,
     .snapshot = jail_snapshot,
     .restore = jail_restore,
+    .is_paused = jail_is_paused,
+    .pause_keeps = "memory",
+    .image_keeps = "filesystem",
     .stats = jail_stats,
     .wait = jail_wait,
     .destroy = jail_destroy,

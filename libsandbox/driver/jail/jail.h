@@ -37,6 +37,9 @@ void jail_cgroup_free(jail_cgroup *cg);
 int jail_cgroup_create(jail_cgroup *cg, const char *id, const sbx_size_tier *size, sbx_error *err);
 int jail_cgroup_attach(jail_cgroup *cg, const char *id, pid_t pid, sbx_error *err);
 int jail_cgroup_freeze(jail_cgroup *cg, const char *id, bool frozen, sbx_error *err);
+/* Frozen or freezing (hibernated), as the kernel says: it survives a
+ * restart of the host process. */
+bool jail_cgroup_frozen(jail_cgroup *cg, const char *id);
 int jail_cgroup_stats(jail_cgroup *cg, const char *id, sbx_stats *st, sbx_error *err);
 /* Kill whatever is left in it, then remove it. Missing is fine. */
 int jail_cgroup_remove(jail_cgroup *cg, const char *id, sbx_error *err);
@@ -120,6 +123,17 @@ int jail_wait(sbx_instance *s, int timeout_ms, int *code, sbx_error *err);
 int jail_destroy(sbx_instance *s, sbx_error *err);
 void jail_golden_release(sbx_golden *g);
 void jail_teardown_host(jail_driver *jd, const char *id);
+
+
+/* layers.c: images (snapshot/restore) and the layer list each sandbox
+ * records beside its state file. */
+int jail_layers_save(int sbx_dirfd, const sbx_layers *layers, sbx_error *err);
+int jail_snapshot(sbx_instance *s, const char *dir, sbx_error *err);
+/* The restored sandbox's copy of its image's layers, and the copies whose
+ * sandbox is gone (reconcile). */
+void jail_image_drop(jail_driver *jd, const char *id);
+void jail_images_sweep(jail_driver *jd);
+int jail_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx_instance **out, sbx_error *err);
 
 /* golden.c, reconcile.c */
 int jail_golden_build(sbx_driver *d, const sbx_template *t, const sbx_golden_spec *spec, sbx_golden **out,

@@ -95,6 +95,7 @@ int jail_reconcile(sbx_driver *d, sbx_reconcile_fn fn, void *ud, sbx_error *err)
       jail_teardown_host(jd, id);
   }
   sbx_free(fl.ids);
+  jail_images_sweep(jd);
   return adopted;
 }
 

@@ -191,7 +191,7 @@ async function sdkSession() {
     const names = tools.map((t) => t.name).sort();
     for (const want of ['create_sandbox', 'exec', 'spawn', 'ps', 'logs', 'kill', 'write_file', 'read_file', 'list_dir',
       'release', 'node_info', 'fork', 'hibernate', 'checkpoint', 'branch_checkpoint', 'list_checkpoints',
-      'delete_checkpoint', 'promote'])
+      'delete_checkpoint', 'promote', 'wake'])
       assert.ok(names.includes(want), `tools/list lacks ${want}`);
     const ajv = new Ajv({ strict: true, allErrors: true });
     for (const t of tools) {
@@ -312,12 +312,12 @@ async function sdkSession() {
     assert.equal(r.isError, true);
     assert.match(r.content[0].text, /command/);
     r = await call('checkpoint', { sandbox_id: id });
-    assert.equal(r.isError, true);
-    assert.match(r.content[0].text, /not supported/);
+    assert.notEqual(r.isError, true, r.content[0].text);
+    assert.match(r.content[0].text, /checkpoint_id/);
     r = await call('hibernate', { sandbox_id: id });
-    assert.equal(r.isError, true);
-    assert.match(r.content[0].text, /not supported/);
+    assert.notEqual(r.isError, true, r.content[0].text);
     log(`hibernate -> ${r.content[0].text}`);
+    ok(await call('exec', { sandbox_id: id, command: 'true' }), 'exec wakes a hibernated sandbox');
     await assert.rejects(call('no_such_tool', {}), (e) => e.code === -32602);
 
     ok(await call('release', { sandbox_id: id }), 'release');

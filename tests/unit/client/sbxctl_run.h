@@ -13,6 +13,7 @@
 #include "../../../sbxctl/cmd_fs.c"
 #include "../../../sbxctl/cmd_search.c"
 #include "../../../sbxctl/cmd_sandbox.c"
+#include "../../../sbxctl/cmd_lifecycle.c"
 #include "../../../sbxctl/cmd_shell.c"
 #include "../../../sbxctl/remote.c"
 #include "../../../sbxctl/remote_state.c"

@@ -267,6 +267,132 @@ static void test_sbxctl_lifecycle(void **state) {
   setenv("SANDBOXD_TOKEN", ROOT, 1);
 }
 
+/* stdout of sh -c script in s */
+static void out_of(sbx_sandbox *s, const char *script, char *buf, size_t cap) {
+  sbx_buf out = SBX_BUF_INIT(1 << 20), errb = SBX_BUF_INIT(1 << 20);
+  sbx_error err;
+  int code = -1;
+  sbx_exec_opts o = SBX_EXEC_OPTS_INIT(.argv = ARGV("sh", "-c", script));
+  if (sbx_sandbox_run(s, &o, &out, &errb, &code, &err) < 0) fail_msg("run: %s", err.msg);
+  snprintf(buf, cap, "%s", out.ptr ? out.ptr : "");
+  sbx_buf_free(&out);
+  sbx_buf_free(&errb);
+}
+
+/* The lifecycle calls of the C client, one per verb, on a real node. */
+static void test_client_lifecycle(void **state) {
+  (void)state;
+  sbx_sandbox *s = claim();
+  char out[256];
+  sbx_error err;
+  out_of(s, "echo parent > /root/p", out, sizeof out);
+  assert_int_equal(sbx_sandbox_hibernate(s, &err), 0);
+  assert_int_equal(sbx_sandbox_wake(s, &err), 0);
+  sbx_fork_opts fo = SBX_FORK_OPTS_INIT(.count = 2);
+  sbx_sandbox **kids = NULL;
+  size_t n = 0;
+  char *json = NULL;
+  if (sbx_sandbox_fork(s, &fo, &kids, &n, &json, &err) < 0) fail_msg("fork: %s", err.msg);
+  assert_int_equal(n, 2);
+  assert_non_null(strstr(json, "\"keeps\":\"filesystem\""));
+  sbx_free(json);
+  for (size_t i = 0; i < n; i++) {
+    out_of(kids[i], "cat /root/p", out, sizeof out);
+    assert_string_equal(out, "parent\n");
+    assert_int_equal(sbx_sandbox_release(kids[i], &err), 0);
+    sbx_sandbox_free(kids[i]);
+  }
+  sbx_free(kids);
+  fo.count = 100; /* past max_fork_count: a 400, nothing made */
+  assert_int_equal(sbx_sandbox_fork(s, &fo, &kids, &n, NULL, &err), SBX_E_REMOTE);
+  assert_int_equal(err.detail, 400);
+  sbx_checkpoint ck;
+  assert_int_equal(sbx_sandbox_checkpoint(s, "c1", &ck, NULL, &err), 0);
+  assert_true(strncmp(ck.id, "ck_", 3) == 0);
+  assert_string_equal(ck.sandbox_id, sbx_sandbox_id(s));
+  sbx_checkpoint *list = NULL;
+  assert_int_equal(sbx_client_checkpoints(C, &list, &n, NULL, &err), 0);
+  bool found = false;
+  for (size_t i = 0; i < n; i++) found |= strcmp(list[i].id, ck.id) == 0;
+  sbx_free(list);
+  assert_true(found);
+  sbx_branch_opts bo = SBX_BRANCH_OPTS_INIT(.ttl_seconds = 120);
+  sbx_sandbox *b = NULL;
+  assert_int_equal(sbx_client_branch(C, ck.id, &bo, &b, NULL, &err), 0);
+  out_of(b, "cat /root/p", out, sizeof out);
+  assert_string_equal(out, "parent\n");
+  assert_int_equal(sbx_sandbox_release(b, &err), 0);
+  sbx_sandbox_free(b);
+  assert_int_equal(sbx_client_checkpoint_delete(C, ck.id, &err), 0);
+  assert_int_equal(sbx_client_checkpoint_delete(C, ck.id, &err), SBX_E_REMOTE);
+  assert_int_equal(err.detail, 404);
+  assert_int_equal(sbx_client_branch(C, "bad id!", &bo, &b, NULL, &err), SBX_E_INVAL);
+  char digest[80];
+  assert_int_equal(sbx_sandbox_promote(s, "client-env", digest, sizeof digest, NULL, &err), 0);
+  assert_true(strncmp(digest, "sha256:", 7) == 0 && strlen(digest) == 71);
+  assert_int_equal(sbx_client_template_delete(C, "client-env", NULL, NULL, &err), 0);
+  assert_int_equal(sbx_sandbox_release(s, &err), 0);
+  sbx_sandbox_free(s);
+}
+
+/* The sbxctl verbs: each with --json; help says what is kept. */
+static void test_sbxctl_lifecycle_verbs(void **state) {
+  (void)state;
+  run_result r;
+  assert_int_equal(run_sbxctl(ARGS("claim", "host"), NULL, &r, NULL, NULL), 0);
+  char id[64] = {0}, ck[64] = {0}, kid[64] = {0};
+  sscanf(r.out.ptr, "%63s", id);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("--json", "hibernate", id), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out.ptr, "\"hibernated\":true"));
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("wake", id), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("fork", id, "-n", "2"), NULL, &r, NULL, NULL), 0);
+  if (r.status != 0) fail_msg("fork: %s", r.err.ptr ? r.err.ptr : "");
+  sscanf(r.out.ptr, "%63s", kid);
+  assert_true(strncmp(kid, "sb_", 3) == 0);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("--json", "fork", id, "--count", "1"), NULL, &r, NULL, NULL), 0);
+  assert_non_null(strstr(r.out.ptr, "\"children\""));
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("fork", id, "-n", "0"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 2); /* usage */
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("checkpoint", id, "--name", "viacli"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  sscanf(r.out.ptr, "%63s", ck);
+  assert_true(strncmp(ck, "ck_", 3) == 0);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("--json", "checkpoints"), NULL, &r, NULL, NULL), 0);
+  assert_non_null(strstr(r.out.ptr, ck));
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("--json", "branch", ck), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out.ptr, "\"from_checkpoint\""));
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("--json", "promote", id, "cli-env"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out.ptr, "\"content_digest\":\"sha256:"));
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("rm-checkpoint", ck), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("rm-checkpoint", ck), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 1);
+  assert_non_null(strstr(r.err.ptr, "404"));
+  run_result_free(&r);
+  static const char *const verbs[] = {"hibernate", "fork", "checkpoint", "branch"};
+  for (size_t i = 0; i < 4; i++) {
+    assert_int_equal(run_sbxctl(ARGS(verbs[i], "--help"), NULL, &r, NULL, NULL), 0);
+    assert_int_equal(r.status, 0);
+    assert_true(strstr(r.out.ptr, "kept") || strstr(r.out.ptr, "keeps") || strstr(r.out.ptr, "fresh processes"));
+    run_result_free(&r);
+  }
+}
+
 static int tree_check(const char *root) {
   char p[600], target[64] = {0};
   struct stat st;
@@ -399,6 +525,7 @@ int main(void) {
       cmocka_unit_test(test_claim_exec_release), cmocka_unit_test(test_reuse_through_relay),
       cmocka_unit_test(test_100mib_through_relay), cmocka_unit_test(test_sbxctl_lifecycle),
       cmocka_unit_test(test_sbxctl_cp_roundtrip), cmocka_unit_test(test_sbxctl_shell),
+      cmocka_unit_test(test_client_lifecycle), cmocka_unit_test(test_sbxctl_lifecycle_verbs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

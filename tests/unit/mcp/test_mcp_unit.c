@@ -18,6 +18,7 @@
 #include "../../../sbxctl/mcp_util.c"
 #include "../../../sbxctl/mcp_verbs.c"
 #include "../../../sbxctl/mcp_search.c"
+#include "../../../sbxctl/mcp_life.c"
 
 /* mcp.c's, which the verbs call around a streaming exec */
 bool mcp_call_running(mcp_call *c, sbx_sandbox *s, uint32_t pid) {
@@ -29,7 +30,7 @@ static void test_tool_table(void **state) {
   (void)state;
   json_t *tools = mcp_tools_list();
   assert_non_null(tools);
-  assert_int_equal(json_array_size(tools), 20);
+  assert_int_equal(json_array_size(tools), 21);
   size_t i;
   json_t *t;
   json_array_foreach(tools, i, t) {
@@ -65,6 +66,52 @@ static void test_tool_table(void **state) {
   assert_true(mcp_tool_find("exec")->destructive);
   assert_true(mcp_tool_find("release")->destructive);
   assert_null(mcp_tool_find("rm_rf"));
+}
+
+/* Every tool's annotations, spelled out: a tool that changes state is not
+ * read-only, one that destroys or replaces something is destructive. A new
+ * tool must be added here with its truthful hints. */
+static void test_every_tool_annotation(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    bool ro, destructive, idempotent;
+  } want[] = {
+      {"create_sandbox", false, false, false}, {"exec", false, true, false},
+      {"spawn", false, true, false},           {"ps", true, false, true},
+      {"logs", true, false, true},             {"kill", false, true, false},
+      {"write_file", false, true, true},       {"read_file", true, false, true},
+      {"list_dir", true, false, true},         {"release", false, true, true},
+      {"node_info", true, false, true},        {"fork", false, false, false},
+      {"hibernate", false, false, true},       {"checkpoint", false, false, false},
+      {"branch_checkpoint", false, false, false}, {"list_checkpoints", true, false, true},
+      {"delete_checkpoint", false, true, true}, {"promote", false, true, false},
+      {"wake", false, false, true},            {"search", true, false, true},
+      {"replace", false, true, false},
+  };
+  size_t n = sizeof want / sizeof *want, seen = 0;
+  json_t *tools = mcp_tools_list();
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    json_t *ann = json_object_get(t, "annotations");
+    size_t k = 0;
+    while (k < n && strcmp(want[k].name, name) != 0) k++;
+    if (k == n) fail_msg("tool %s has no expected annotations in this test", name);
+    seen++;
+    if (json_is_true(json_object_get(ann, "readOnlyHint")) != want[k].ro ||
+        json_is_true(json_object_get(ann, "destructiveHint")) != want[k].destructive ||
+        json_is_true(json_object_get(ann, "idempotentHint")) != want[k].idempotent)
+      fail_msg("tool %s: annotations differ from the expected ones", name);
+  }
+  json_decref(tools);
+  assert_int_equal(seen, n);
+  /* upstream's argument names */
+  assert_non_null(strstr(mcp_tool_find("fork")->schema, "\"count\""));
+  assert_non_null(strstr(mcp_tool_find("promote")->schema, "\"template_name\""));
+  assert_non_null(strstr(mcp_tool_find("promote")->schema, "\"sandbox_id\""));
+  assert_null(strstr(mcp_tool_find("promote")->schema, "checkpoint_id"));
 }
 
 static int check(const char *tool, const char *args_json, sbx_error *err) {
@@ -267,6 +314,7 @@ static void test_unsupported_and_unknown(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tool_table),
+      cmocka_unit_test(test_every_tool_annotation),
       cmocka_unit_test(test_check_args),
       cmocka_unit_test(test_search_tools),
       cmocka_unit_test(test_rpc_read),

@@ -137,11 +137,11 @@ static void test_healthz_and_routes(void **state) {
   assert_int_equal(sbxd_status(P.port, "GET", "/nope", ROOT, NULL), 404);
   assert_int_equal(sbxd_status(P.port, "DELETE", "/v1/claim", ROOT, NULL), 405);
   assert_int_equal(sbxd_status(P.port, "GET", "/v1/peers", ACME, NULL), 200);
-  /* Verbs of a later issue answer 501 with a message. */
-  assert_int_equal(sbxd_status(P.port, "POST", "/v1/sandboxes/sb_0123456789abcdef/hibernate", ROOT, NULL), 501);
-  assert_int_equal(sbxd_status(P.port, "POST", "/v1/sandboxes/sb_0123456789abcdef/fork", ROOT, "{}"), 501);
-  assert_int_equal(sbxd_status(P.port, "GET", "/v1/checkpoints", ROOT, NULL), 501);
-  assert_int_equal(sbxd_status(P.port, "DELETE", "/v1/templates?template=x", ROOT, NULL), 501);
+  /* Lifecycle verbs of an unknown sandbox: 404, as for any other verb. */
+  assert_int_equal(sbxd_status(P.port, "POST", "/v1/sandboxes/sb_0123456789abcdef/hibernate", ROOT, NULL), 404);
+  assert_int_equal(sbxd_status(P.port, "POST", "/v1/sandboxes/sb_0123456789abcdef/fork", ROOT, "{}"), 404);
+  assert_int_equal(sbxd_status(P.port, "GET", "/v1/checkpoints", ROOT, NULL), 200);
+  assert_int_equal(sbxd_status(P.port, "DELETE", "/v1/templates?template=x", ROOT, NULL), 404);
 }
 
 static void test_node_auth_matrix(void **state) {
