@@ -65,6 +65,7 @@ static int archive_now(struct sbxd *d, sbx_lease *l, int del, sbx_error *err) {
   if (!rec) return -1;
   json_decref(rec);
   relays_close_for(d, l->id);
+  watch_disarm(d, l); /* its pid 1 ends here on purpose */
   sbx_pool_mgr_destroy(d->pm, l->inst);
   l->inst = NULL;
   int64_t now = now_unix();
@@ -115,6 +116,7 @@ int archive_wake(struct sbxd *d, sbx_lease *l, sbx_error *err) {
   if (rc < 0) return rc;
   l->inst = s;
   snprintf(l->vm, sizeof l->vm, "%s", inst_name(s));
+  watch_arm(d, l);
   l->deadline = now_unix() + l->ttl; /* a fresh lease of the last granted length */
   checkpoint_remove(d, a->ck);
   arch_del(a);

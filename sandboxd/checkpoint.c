@@ -184,15 +184,30 @@ static void restore_done(void *arg, bool cancelled) {
   op->proto.claimed_at = now;
   op->proto.deadline = now + op->proto.ttl;
   op->proto.claim_ref = op->claim_ref;
+  sbx_error err;
+  struct jmark jm;
+  if (journal_begin(d, &jm, &err) < 0) {
+    sbx_lease_unreserve(d->leases, op->proto.tenant);
+    sbx_pool_mgr_destroy(d->pm, op->inst);
+    reply_journal_error(op->req, "claim", &err);
+    goto out;
+  }
   if (sbx_lease_commit(d->leases, &op->proto, true, &l, &op->err) < 0) {
     sbx_lease_unreserve(d->leases, op->proto.tenant);
     sbx_pool_mgr_destroy(d->pm, op->inst);
     reply_error(op->req, 500, "provisioning failed");
     goto out;
   }
-  sbx_error err;
-  if (journal_put(d, l, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
-  usage_note(d, "claim", l, op->ref);
+  if (journal_put(d, l, &err) < 0 || usage_event(d, "claim", l, op->ref, &err) < 0) {
+    /* Not on disk, so not a claim: the sandbox goes, the slot is free. */
+    journal_abort(d, &jm, &err);
+    sbx_lease_remove(d->leases, l);
+    sbx_pool_mgr_destroy(d->pm, op->inst);
+    reply_journal_error(op->req, "claim", &err);
+    goto out;
+  }
+  journal_commit(d);
+  watch_arm(d, l);
   char dl[64];
   fmt_time(l->deadline, 0, false, dl, sizeof dl);
   json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:b}", "id", l->id, "token", l->token, "deadline", dl, "owner_addr",

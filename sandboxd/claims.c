@@ -18,7 +18,7 @@ static json_t *key_json(const sbx_pool_key *k) {
 
 /* The 500 of a change the journal refused: the verb and the cause, never
  * a path. */
-static void reply_journal_error(struct http_req *req, const char *verb, const sbx_error *err) {
+void reply_journal_error(struct http_req *req, const char *verb, const sbx_error *err) {
   char msg[160];
   /* The cause is cut to fit: the log has it whole. */
   snprintf(msg, sizeof msg, "%s failed: journal write failed (%.96s)", verb,

@@ -284,13 +284,36 @@ static void fork_fail(struct fork_op *op, const char *why) {
   reply_error(op->req, 500, "fork failed");
 }
 
+/* Undo a fork whose journal records could not be written: the children
+ * committed so far leave the table, every child's sandbox goes (§5.8: all
+ * or nothing), and the caller gets the journal's 500. */
+static void fork_abort(struct fork_op *op, sbx_lease **kids, int committed, struct jmark *jm, sbx_error *err) {
+  struct sbxd *d = op->d;
+  journal_abort(d, jm, err);
+  for (int i = 0; i < op->count; i++) {
+    if (i < committed && kids[i]) sbx_lease_remove(d->leases, kids[i]);
+    else sbx_lease_unreserve(d->leases, op->tenant);
+    sbx_pool_mgr_destroy(d->pm, op->kids[i].inst);
+  }
+  sbx_warn("fork %s: %s; no child kept", op->parent, err->msg);
+  op->req->on_close = NULL;
+  reply_journal_error(op->req, "fork", err);
+}
+
+/* Every child becomes a lease in one journal transaction with the fork
+ * event, or none does. */
 static void fork_commit(struct fork_op *op) {
   struct sbxd *d = op->d;
-  json_t *arr = json_array();
+  sbx_error err;
+  struct jmark jm;
+  sbx_lease **kids = sbx_calloc((size_t)op->count, sizeof *kids);
   const char **ids = sbx_calloc((size_t)op->count, sizeof *ids);
+  int committed = 0;
+  if (journal_begin(d, &jm, &err) < 0) goto abort;
   int64_t now = now_unix();
-  for (int i = 0; i < op->count; i++) {
-    sbx_lease proto, *l;
+  for (; committed < op->count; committed++) {
+    int i = committed;
+    sbx_lease proto;
     memset(&proto, 0, sizeof proto);
     proto.key = op->key;
     snprintf(proto.tenant, sizeof proto.tenant, "%s", op->tenant);
@@ -301,23 +324,15 @@ static void fork_commit(struct fork_op *op) {
     proto.deadline = now + op->ttl;
     char ref[512];
     if (op->prefix) {
-      snprintf(ref, sizeof ref, "%s%d", op->prefix, i);
+      snprintf(ref, sizeof ref, "%.500s%d", op->prefix, i);
       proto.claim_ref = ref;
     }
-    sbx_error err;
-    if (sbx_lease_commit(d->leases, &proto, true, &l, &err) < 0) {
-      /* not expected (ids are random); this child alone is lost */
-      sbx_lease_unreserve(d->leases, op->tenant);
-      sbx_pool_mgr_destroy(d->pm, op->kids[i].inst);
-      sbx_warn("fork %s: commit of a child: %s", op->parent, err.msg);
-      continue;
+    if (sbx_lease_commit(d->leases, &proto, true, &kids[i], &err) < 0) goto abort;
+    if (journal_put(d, kids[i], &err) < 0) {
+      committed++;
+      goto abort;
     }
-    if (journal_put(d, l, &err) < 0) sbx_error_log("claims journal: %s", err.msg);
-    ids[json_array_size(arr)] = l->id;
-    char dl[64];
-    fmt_time(l->deadline, 0, false, dl, sizeof dl);
-    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "id", l->id, "token", l->token, "deadline", dl,
-                                         "owner_addr", d->owner_addr));
+    ids[i] = kids[i]->id;
   }
   sbx_lease *p = sbx_lease_find(d->leases, op->parent), gone;
   if (!p) { /* released meanwhile: the event still names it */
@@ -326,14 +341,27 @@ static void fork_commit(struct fork_op *op) {
     snprintf(gone.tenant, sizeof gone.tenant, "%s", op->tenant);
     p = &gone;
   }
-  sbx_error uerr;
-  if (usage_event_children(d, "fork", p, NULL, ids, json_array_size(arr), &uerr) < 0)
-    sbx_warn("usage.jsonl: fork event of %s not recorded: %s", p->id, uerr.msg);
+  if (usage_event_children(d, "fork", p, NULL, ids, (size_t)op->count, &err) < 0) goto abort;
+  journal_commit(d);
+  json_t *arr = json_array();
+  for (int i = 0; i < op->count; i++) {
+    watch_arm(d, kids[i]);
+    char dl[64];
+    fmt_time(kids[i]->deadline, 0, false, dl, sizeof dl);
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "id", kids[i]->id, "token", kids[i]->token,
+                                         "deadline", dl, "owner_addr", d->owner_addr));
+  }
   sbx_free(ids);
+  sbx_free(kids);
   op->req->on_close = NULL;
   durable_reply(d, op->req, "fork", 200,
                 json_pack("{s:o,s:s,s:b}", "children", arr, "keeps", provider_image_keeps(d->prov),
                           "sessions_kept", 0));
+  return;
+abort:
+  fork_abort(op, kids, committed, &jm, &err);
+  sbx_free(ids);
+  sbx_free(kids);
 }
 
 static void fork_child_done(void *arg, bool cancelled) {

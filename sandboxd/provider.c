@@ -461,46 +461,30 @@ int provider_reconcile(struct provider *p, provider_keep_fn keep, provider_adopt
 /* ---- lifecycle ---- */
 
 const char *provider_pause_keeps(const struct provider *p) {
-#ifdef SBX_HAVE_DRIVER
   return sbx_driver_pause_keeps(p->drv);
-#else
-  return NULL;
-#endif
 }
 
 const char *provider_image_keeps(const struct provider *p) {
-#ifdef SBX_HAVE_DRIVER
   return sbx_driver_image_keeps(p->drv);
-#else
-  return NULL;
-#endif
 }
 
 int inst_pause(struct inst *s, sbx_error *err) {
-#ifdef SBX_HAVE_DRIVER
   if (s->di) return sbx_sandbox_pause(s->di, err);
-#endif
   return sbx_err(err, SBX_E_UNSUPPORTED, "%s cannot be paused", s->name);
 }
 
 int inst_resume(struct inst *s, sbx_error *err) {
-#ifdef SBX_HAVE_DRIVER
   if (s->di) return sbx_sandbox_resume(s->di, err);
-#endif
   return sbx_err(err, SBX_E_UNSUPPORTED, "%s cannot be resumed", s->name);
 }
 
 bool inst_paused(struct inst *s) {
-#ifdef SBX_HAVE_DRIVER
   if (s->di) return sbx_sandbox_is_paused(s->di);
-#endif
   return false;
 }
 
 int inst_snapshot(struct inst *s, const char *dir, sbx_error *err) {
-#ifdef SBX_HAVE_DRIVER
   if (s->di) return sbx_sandbox_snapshot(s->di, dir, err);
-#endif
   (void)dir;
   return sbx_err(err, SBX_E_UNSUPPORTED, "%s has no image", s->name);
 }
@@ -508,7 +492,6 @@ int inst_snapshot(struct inst *s, const char *dir, sbx_error *err) {
 int provider_restore(struct provider *p, const sbx_pool_key *key, const char *dir, int probe_ms, struct inst **out,
                      sbx_error *err) {
   *out = NULL;
-#ifdef SBX_HAVE_DRIVER
   struct inst *s = sbx_calloc(1, sizeof *s);
   int rc = make_name(key, s->name, sizeof s->name, err);
   if (rc < 0) {
@@ -530,8 +513,4 @@ int provider_restore(struct provider *p, const sbx_pool_key *key, const char *di
   if (init > 0) inst_normal_priority(init);
   *out = s;
   return 0;
-#else
-  (void)p, (void)key, (void)dir, (void)probe_ms;
-  return sbx_err(err, SBX_E_UNSUPPORTED, "no driver");
-#endif
 }

@@ -154,6 +154,8 @@ void h_owner(struct sbxd *d, struct http_req *req, const char *id);
  * closed and the instance destroyed. -1 with nothing changed when the
  * journal refuses it. */
 int lease_end(struct sbxd *d, sbx_lease *l, const char *ev, sbx_error *err);
+/* The 500 of a change the journal refused: the verb and the cause. */
+void reply_journal_error(struct http_req *req, const char *verb, const sbx_error *err);
 void reap_tick(struct sbxd *d);
 
 /* ---- admin.c ---- */
