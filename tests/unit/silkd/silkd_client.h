@@ -59,8 +59,9 @@ static inline int sc_try_connect(const char *path) {
   return fd;
 }
 
-/* Start silkd; returns 0 or -1. */
-static inline int silkd_start(silkd_srv *s) {
+/* Start silkd with up to two extra arguments (NULL for none); returns 0 or
+ * -1. The daemon inherits the test's environment. */
+static inline int silkd_start_args(silkd_srv *s, const char *a1, const char *a2) {
   snprintf(s->dir, sizeof s->dir, "/tmp/silkd-test-XXXXXX");
   if (!mkdtemp(s->dir)) return -1;
   snprintf(s->sock, sizeof s->sock, "%s/silkd.sock", s->dir);
@@ -75,7 +76,7 @@ static inline int silkd_start(silkd_srv *s) {
     dup2(nfd, 0);
     dup2(lfd, 2);
     setenv("SHELL", "/bin/bash", 1); /* pty_open's shell, whatever CI has */
-    execl(bin, "silkd", "--listen", listen, (char *)NULL);
+    execl(bin, "silkd", "--listen", listen, a1, a2, (char *)NULL);
     _exit(127);
   }
   for (int i = 0; i < 2000; i++) {
@@ -90,6 +91,8 @@ static inline int silkd_start(silkd_srv *s) {
   }
   return -1;
 }
+
+static inline int silkd_start(silkd_srv *s) { return silkd_start_args(s, NULL, NULL); }
 
 /* SIGTERM, expect exit 0, remove the temp dir. Returns the exit status. */
 static inline int silkd_stop(silkd_srv *s) {
