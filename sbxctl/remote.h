@@ -82,5 +82,7 @@ int cmd_session(rctx *r, int argc, char **argv);
 int cmd_cp(rctx *r, int argc, char **argv);
 int cmd_cat(rctx *r, int argc, char **argv);
 int cmd_put(rctx *r, int argc, char **argv);
+int cmd_git(rctx *r, int argc, char **argv);
+int cmd_lsp(rctx *r, int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "../../../sbxctl/cmd_exec.c"
 #include "../../../sbxctl/cmd_fs.c"
+#include "../../../sbxctl/cmd_git.c"
 #include "../../../sbxctl/cmd_sandbox.c"
 #include "../../../sbxctl/cmd_shell.c"
 #include "../../../sbxctl/remote.c"
