@@ -148,6 +148,9 @@ int mcp_release(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
 int mcp_node_info(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
 int mcp_hibernate(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
 int mcp_unsupported(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
+int mcp_git_status(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_git_diff(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_git_commit(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
 /* Run fn on the sandbox of args' sandbox_id. */
 int mcp_with_sandbox(mcp_call *c, json_t *a, mcp_sandbox_fn fn, json_t **out, sbx_error *err);
 

@@ -28,7 +28,7 @@ static void test_tool_table(void **state) {
   (void)state;
   json_t *tools = mcp_tools_list();
   assert_non_null(tools);
-  assert_int_equal(json_array_size(tools), 18);
+  assert_int_equal(json_array_size(tools), 21);
   size_t i;
   json_t *t;
   json_array_foreach(tools, i, t) {
