@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!client) {
     char addr[4200];
     snprintf(addr, sizeof addr, "unix:%s/nobody-listens", fuzz_tmpdir());
-    sbx_client_opts co = {.addr = addr, .connect_timeout_ms = 1000, .request_timeout_ms = 1000};
+    sbx_client_opts co = SBX_CLIENT_OPTS_INIT(.addr = addr, .connect_timeout_ms = 1000, .request_timeout_ms = 1000);
     sbx_error err;
     FUZZ_CHECK(sbx_client_new(&co, &client, &err) == 0, "client: %s", err.msg);
   }
