@@ -9,7 +9,11 @@ src=${1:?usage: run.sh SOURCE_DIR BUILD_BIN_DIR}
 bin=${2:?usage: run.sh SOURCE_DIR BUILD_BIN_DIR}
 script=$src/scripts/build-template-debian
 cache=${SBX_TEST_CACHE:-/var/cache/sandbox-tests}
-fail() { echo "template_debian: FAIL: $*" >&2; exit 1; }
+fail() {
+  echo "template_debian: FAIL: $*" >&2
+  [ -z "${sbxd:-}" ] || [ ! -f "$sbxd/log" ] || { echo "sandboxd log tail:" >&2; tail -20 "$sbxd/log" >&2; }
+  exit 1
+}
 
 # Usage errors exit 2 and build nothing.
 scratch=$(mktemp -d)
@@ -88,7 +92,11 @@ sbxd_pid=$!
 id=
 stop_all() {
   [ -z "$id" ] || "$bin/sbxctl" release "$id" >/dev/null 2>&1 || true
+  # SIGTERM, then SIGKILL if sandboxd has not stopped within 30 s: the test
+  # must end either way (released sandboxes are gone already)
   kill "$sbxd_pid" 2>/dev/null || true
+  for _ in $(seq 300); do kill -0 "$sbxd_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$sbxd_pid" 2>/dev/null || true
   wait "$sbxd_pid" 2>/dev/null || true
   for h in /sys/fs/cgroup/*/"$cg" /sys/fs/cgroup/"$cg"; do [ ! -d "$h" ] || rmdir "$h" 2>/dev/null || true; done
   rm -rf "$scratch"
