@@ -11,7 +11,7 @@ _sbxctl() {
   COMPREPLY=()
   cur="${COMP_WORDS[COMP_CWORD]}"
   prev="${COMP_WORDS[COMP_CWORD-1]}"
-  local commands="claim exec shell release renew ls info cp cat put ps kill logs session pools drain uncordon local"
+  local commands="claim exec shell release renew ls info cp cat put ps kill logs session pools drain uncordon local git lsp"
   local globals="--addr --token --json --help --version"
 
   cmd=""
@@ -26,6 +26,7 @@ _sbxctl() {
   case "$prev" in
     --size) COMPREPLY=($(compgen -W "small medium large" -- "$cur")); return ;;
     --addr|--token|--ttl|--ref|--cwd|--env|--user|--session|--signal|--mode|--id) return ;;
+    --message|-m|--author|--branch|--depth|--auth-env|--root) return ;;
     --net) COMPREPLY=($(compgen -W "none egress" -- "$cur")); return ;;
   esac
 
@@ -47,6 +48,8 @@ _sbxctl() {
     session) opts="$opts --id --cwd --env list create rm" ;;
     pools) opts="$opts show set" ;;
     local) opts="run" ;;
+    git) opts="$opts --message --author --branch --depth --auth-env status add commit clone push pull branch" ;;
+    lsp) opts="$opts --root" ;;
   esac
   if [[ "$cur" == -* ]]; then
     COMPREPLY=($(compgen -W "$opts" -- "$cur"))
@@ -58,7 +61,7 @@ _sbxctl() {
       COMPREPLY=($(compgen -W "$(_sbxctl_ids | sed 's/$/:/')" -- "$cur") $(compgen -f -- "$cur"))
       compopt -o nospace 2>/dev/null
       ;;
-    exec|shell|release|renew|info|ps|kill|logs|session)
+    exec|shell|release|renew|info|ps|kill|logs|session|git|lsp)
       COMPREPLY=($(compgen -W "$(_sbxctl_ids) $opts" -- "$cur"))
       ;;
     *) COMPREPLY=($(compgen -W "$opts" -- "$cur")) ;;
