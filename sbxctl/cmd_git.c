@@ -118,7 +118,8 @@ int cmd_git(rctx *r, int argc, char **argv) {
     if (sbx_sandbox_git_add(s, path, (const char *const *)rest, &err) < 0) rc = rfail_err("git add", &err);
   } else if (!strcmp(sub, "commit")) {
     char hash[80];
-    if (sbx_sandbox_git_commit(s, path, message, author, hash, sizeof hash, &err) < 0) rc = rfail_err("git commit", &err);
+    if (sbx_sandbox_git_commit(s, path, message, author, hash, sizeof hash, &err) < 0)
+      rc = rfail_err("git commit", &err);
     else if (r->json) print_json(json_pack("{s:s}", "hash", hash));
     else printf("%s\n", hash);
   } else if (!strcmp(sub, "clone")) {

@@ -410,8 +410,8 @@ int mcp_git_diff(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error
   if (rc < 0) {
     mcp_explain("git_diff in", sbx_sandbox_id(s), err);
   } else if (code != 0) {
-    rc = sbx_err(err, SBX_E_REMOTE, "git_diff: git exited %d: %.*s", code, (int)(cp.errout.len > 900 ? 900 : cp.errout.len),
-                 cp.errout.ptr ? cp.errout.ptr : "");
+    int n = (int)(cp.errout.len > 900 ? 900 : cp.errout.len);
+    rc = sbx_err(err, SBX_E_REMOTE, "git_diff: git exited %d: %.*s", code, n, cp.errout.ptr ? cp.errout.ptr : "");
   } else {
     bool rep;
     *out = json_pack("{s:o,s:b}", "diff", mcp_json_text(cp.out.ptr ? cp.out.ptr : "", cp.out.len, &rep), "truncated",
@@ -435,7 +435,8 @@ int mcp_git_commit(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_err
     if (nf == 0) list[0] = ":/"; /* the whole work tree, from its top */
     for (size_t i = 0; i < nf; i++)
       if (!list[i]) rc = sbx_err(err, SBX_E_INVAL, "git_commit: files must be strings");
-    if (rc == 0 && (rc = sbx_sandbox_git_add(s, path, list, err)) < 0) mcp_explain("git_commit in", sbx_sandbox_id(s), err);
+    if (rc == 0 && (rc = sbx_sandbox_git_add(s, path, list, err)) < 0)
+      mcp_explain("git_commit in", sbx_sandbox_id(s), err);
     sbx_free(list);
     if (rc < 0) return rc;
   }
