@@ -159,6 +159,9 @@ int mcp_list_checkpoints(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
 int mcp_delete_checkpoint(mcp_call *c, json_t *a, json_t **out, sbx_error *err);
 int mcp_promote(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
 int mcp_wake(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_git_status(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_git_diff(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
+int mcp_git_commit(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err);
 /* Run fn on the sandbox of args' sandbox_id. */
 int mcp_with_sandbox(mcp_call *c, json_t *a, mcp_sandbox_fn fn, json_t **out, sbx_error *err);
 

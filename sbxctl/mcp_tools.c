@@ -13,6 +13,7 @@
 /* "pattern" is how the schema tells a client that sandbox paths are
  * absolute; mcp_tool_check_args enforces it. */
 #define PATH_PROP "\"path\":{\"type\":\"string\",\"pattern\":\"^/\",\"description\":\"absolute path in the sandbox\"}"
+#define REPO_PROP "\"path\":{\"type\":\"string\",\"pattern\":\"^/\",\"description\":\"absolute path of the repository in the sandbox\"}"
 #define CKPT_PROP "\"checkpoint_id\":{\"type\":\"string\",\"description\":\"id returned by checkpoint\"}"
 
 
@@ -156,6 +157,32 @@ const mcp_tool mcp_tools[] = {
      "\"replacement\":{\"type\":\"string\",\"description\":\"replacement text with $1 / ${name} / $$\"}},"
      "\"required\":[\"sandbox_id\",\"files\",\"pattern\",\"replacement\"],\"additionalProperties\":false}",
      false, true, false, NULL, mcp_replace},
+    /* git: silkd's git verbs, and git diff run without a shell */
+    {"git_status", "Git status",
+     "Show the state of a git repository in a sandbox: branch, commits ahead/behind its upstream, and each changed "
+     "file with its staged (X) and unstaged (Y) state ('.' unchanged, M modified, A added, D deleted, R renamed, "
+     "'?' untracked). Changes nothing.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP "," REPO_PROP "},"
+     "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
+     true, false, true, NULL, mcp_git_status},
+    {"git_diff", "Git diff",
+     "Show the changes of a git repository in a sandbox as a unified diff: unstaged changes, or the staged ones "
+     "with staged=true, optionally limited to some files (at most 1 MiB, truncated=true when cut). Changes nothing.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP "," REPO_PROP ","
+     "\"staged\":{\"type\":\"boolean\",\"description\":\"diff the index against HEAD instead of the work tree against the index\"},"
+     "\"files\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"description\":\"paths to limit the diff to\"}},"
+     "\"required\":[\"sandbox_id\",\"path\"],\"additionalProperties\":false}",
+     true, false, true, NULL, mcp_git_diff},
+    {"git_commit", "Git commit",
+     "Record a commit in a git repository in a sandbox: stage the given files (or all changes with all=true), "
+     "commit them with the message, and return the new commit hash.",
+     "{\"type\":\"object\",\"properties\":{" ID_PROP "," REPO_PROP ","
+     "\"message\":{\"type\":\"string\",\"description\":\"commit message\"},"
+     "\"author\":{\"type\":\"string\",\"description\":\"'Name <email>'; default 'sbxctl mcp <mcp@sandbox.invalid>'\"},"
+     "\"files\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"description\":\"paths to stage first, relative to the repository\"},"
+     "\"all\":{\"type\":\"boolean\",\"description\":\"stage every change (git add -A) first\"}},"
+     "\"required\":[\"sandbox_id\",\"path\",\"message\"],\"additionalProperties\":false}",
+     false, false, false, NULL, mcp_git_commit},
     {NULL, NULL, NULL, NULL, false, false, false, NULL, NULL},
 };
 

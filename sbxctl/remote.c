@@ -67,6 +67,19 @@ const rcmd sbxctl_cmds[] = {
      "Make the sandbox's filesystem the template TEMPLATE (same net and size): claims of it start from a copy. "
      "Prints the content digest."},
     {"rm-checkpoint", cmd_rm_checkpoint, "CHECKPOINT_ID...", "Delete checkpoints for good."},
+    {"git", cmd_git,
+     "ID status PATH | ID add PATH FILE... | ID commit PATH -m MESSAGE --author 'NAME <EMAIL>' | "
+     "ID clone URL PATH [--branch B] [--depth N] [--auth-env VAR] | ID push|pull PATH [--auth-env VAR] | "
+     "ID branch PATH [list | create NAME | delete NAME | checkout NAME]",
+     "Run the sandbox's git on the repository at PATH (as root). status prints '## BRANCH' and one 'XY PATH' line "
+     "per change (X staged, Y unstaged, '.' unchanged, '?\?' untracked); commit prints the new hash; branch lists "
+     "branches with '*' on the current one. --auth-env names an environment variable holding a bearer token for "
+     "clone, push and pull (never put a token on the command line). clone, push and pull need a sandbox with "
+     "network. --json prints status, commit and branch list as JSON."},
+    {"lsp", cmd_lsp, "ID LANGUAGE [--root DIR]",
+     "Start the sandbox's language server for LANGUAGE (a manifest under /etc/silkd/lsp.d, e.g. python) and "
+     "relay it on stdin/stdout, byte for byte: use 'sbxctl lsp ID python --root /src' as an editor's or agent's "
+     "language-server command. The server ends when stdin ends (after its last output) or sbxctl exits."},
     {NULL, NULL, NULL, NULL},
 };
 

@@ -94,5 +94,7 @@ int cmd_checkpoints(rctx *r, int argc, char **argv);
 int cmd_branch(rctx *r, int argc, char **argv);
 int cmd_promote(rctx *r, int argc, char **argv);
 int cmd_rm_checkpoint(rctx *r, int argc, char **argv);
+int cmd_git(rctx *r, int argc, char **argv);
+int cmd_lsp(rctx *r, int argc, char **argv);
 
 #endif

@@ -103,7 +103,7 @@ void env_init(void) {
 static int has_nic = -1;
 static int lane_direct = -1;
 
-static bool net_has_nic(void) {
+bool net_has_nic(void) {
   if (has_nic >= 0) return has_nic;
   const char *net = getenv("SILKD_NET");
   if (net && strcmp(net, "egress") == 0) return (has_nic = 1);
@@ -175,6 +175,34 @@ char **env_build(const sbx_wire_map *req_env, const char *home, const char *user
     for (size_t i = 0; i < req_env->len; i++) envv_set(&e, req_env->items[i].key, req_env->items[i].value);
   if (home) envv_set(&e, "HOME", home);
   if (user) envv_set(&e, "USER", user);
+  return e.v;
+}
+
+/* §7.2: the daemon's whole environment, minus the proxy variables when
+ * the guest has a direct route (git and language servers). */
+char **env_inherit(void) {
+  extern char **environ;
+  struct envv e = {0};
+  bool direct = net_has_direct_route();
+  for (char **p = environ; p && *p; p++) {
+    const char *eq = strchr(*p, '=');
+    if (!eq) continue;
+    bool proxy = false;
+    for (size_t i = 0; direct && i < 6; i++)
+      proxy |= strlen(proxy_names[i]) == (size_t)(eq - *p) && strncmp(*p, proxy_names[i], (size_t)(eq - *p)) == 0;
+    if (proxy) continue;
+    e.v = sbx_reallocarray(e.v, e.len + 2, sizeof *e.v);
+    e.v[e.len++] = sbx_strdup(*p);
+    e.v[e.len] = NULL;
+  }
+  if (!e.v) e.v = sbx_calloc(1, sizeof *e.v);
+  return e.v;
+}
+
+char **envp_set(char **envp, const char *key, const char *value) {
+  struct envv e = {envp, 0};
+  while (envp && envp[e.len]) e.len++;
+  envv_set(&e, key, value);
   return e.v;
 }
 

@@ -44,6 +44,17 @@ static const verb_fn verbs[SBX_OP__COUNT] = {
     [SBX_OP_FS_FIND] = verb_fs_find,
     [SBX_OP_FS_REPLACE] = verb_fs_replace,
     [SBX_OP_FS_WATCH] = verb_fs_watch,
+    /* git verbs (git.c) and the LSP broker (lsp.c) */
+    [SBX_OP_GIT_CLONE] = verb_git,
+    [SBX_OP_GIT_STATUS] = verb_git,
+    [SBX_OP_GIT_ADD] = verb_git,
+    [SBX_OP_GIT_COMMIT] = verb_git,
+    [SBX_OP_GIT_PUSH] = verb_git,
+    [SBX_OP_GIT_PULL] = verb_git,
+    [SBX_OP_GIT_BRANCH] = verb_git,
+    [SBX_OP_LSP_START] = verb_lsp_start,
+    [SBX_OP_LSP_REQUEST] = verb_lsp_request,
+    [SBX_OP_LSP_STOP] = verb_lsp_stop,
 };
 
 void dispatch(struct conn *c, sbx_wire_req *req) {

@@ -36,10 +36,11 @@ static struct listener *listeners;
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: silkd [--listen ADDR]... [--log-level error|warn|info|debug] [--version]\n"
+          "usage: silkd [--listen ADDR]... [--log-level error|warn|info|debug] [--lsp-ttl SECONDS] [--version]\n"
           "       silkd --zygote fd:N   (the jail driver's: see docs/drivers.md)\n"
           "  ADDR: vsock:PORT (default vsock:2048, or $SILKD_PORT), unix:PATH, fd:N,\n"
-          "        tcp:HOST:PORT, stdio\n");
+          "        tcp:HOST:PORT, stdio\n"
+          "  --lsp-ttl: kill a language server no lsp_request attached to (default 300)\n");
 }
 
 static void on_backoff(evutil_socket_t fd, short what, void *arg) {
@@ -151,6 +152,7 @@ static void on_sigterm(evutil_socket_t fd, short what, void *arg) {
   }
   proc_kill_all();
   session_kill_all();
+  lsp_kill_all();
   /* Nothing is persisted, so there is nothing to tidy: the children are
    * gone and the kernel closes every socket. */
   _exit(0);
@@ -171,6 +173,16 @@ int silkd_run(int argc, char **argv) {
     }
     if (!strcmp(argv[i], "--listen") && i + 1 < argc && naddrs < 64) {
       addrs[naddrs++] = argv[++i];
+      continue;
+    }
+    if (!strcmp(argv[i], "--lsp-ttl") && i + 1 < argc) {
+      char *end;
+      unsigned long v = strtoul(argv[++i], &end, 10);
+      if (*end || v == 0 || v > 86400) {
+        usage(stderr);
+        return 2;
+      }
+      silkd_lsp_ttl_secs = (unsigned)v;
       continue;
     }
     if (!strcmp(argv[i], "--log-level") && i + 1 < argc) {
@@ -250,6 +262,7 @@ int silkd_run(int argc, char **argv) {
   event_base_dispatch(silkd.base);
   proc_kill_all();
   session_kill_all();
+  lsp_kill_all();
   return 0;
 }
 

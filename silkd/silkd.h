@@ -110,10 +110,15 @@ int child_exit_code(int status);
 /* Environment per §7.1: NULL-terminated, owned by the caller (envp_free). */
 char **env_build(const sbx_wire_map *req_env, const char *home, const char *user);
 void envp_free(char **envp);
+/* §7.2 (git, language servers): the daemon's environment, proxy rule
+ * applied; envp_set adds or replaces KEY (envp may be reallocated). */
+char **env_inherit(void);
+char **envp_set(char **envp, const char *key, const char *value);
 /* §8.2 exec/pty env key rule; fills msg on rejection. */
 bool env_keys_valid(const sbx_wire_map *env, char *msg, size_t msglen);
 void env_init(void); /* snapshot proxy variables at startup */
 bool net_has_direct_route(void);
+bool net_has_nic(void); /* §7.3: may git_clone, git_push and git_pull run */
 
 struct spawn_opts {
   const char *const *argv; /* argv[0] searched in env PATH if it has no '/' */
@@ -220,6 +225,13 @@ void job_os_error(struct job *j, int errnum, const char *ctx); /* ENOENT: not_fo
 void verb_fs_find(struct conn *c, sbx_wire_req *req);
 void verb_fs_replace(struct conn *c, sbx_wire_req *req);
 void verb_fs_watch(struct conn *c, sbx_wire_req *req);
+/* ---- git verbs (git.c) and the LSP broker (lsp.c) ---- */
+void verb_git(struct conn *c, sbx_wire_req *req);
+void verb_lsp_start(struct conn *c, sbx_wire_req *req);
+void verb_lsp_request(struct conn *c, sbx_wire_req *req);
+void verb_lsp_stop(struct conn *c, sbx_wire_req *req);
+extern unsigned silkd_lsp_ttl_secs; /* unattached server reap (§6), --lsp-ttl */
+void lsp_kill_all(void);
 
 /* ---- a non-blocking writer into a pipe or socket (fdwriter.c) ---- */
 struct fdwriter;

@@ -169,6 +169,29 @@ int sbx_agent_replace(sbx_agent *a, const sbx_replace_opts *opts, sbx_error *err
  * is then cancelled by closing the connection) or silkd ends it with an
  * error (an overflow, SBX_E_REMOTE). */
 int sbx_agent_watch(sbx_agent *a, const sbx_watch_opts *opts, sbx_error *err);
+/* ---- git and language servers (libsandbox/agent/git_lsp.c) ----
+ * Single-reply verbs. git_status and git_branch (list) keep their reply in
+ * *out (free it with sbx_wire_resp_free; NULL = not wanted); a failed git
+ * command is an SBX_E_REMOTE "internal" error holding git's message. */
+int sbx_agent_git_clone(sbx_agent *a, const sbx_req_git_clone *req, sbx_error *err);
+int sbx_agent_git_status(sbx_agent *a, const char *path, sbx_wire_resp *out, sbx_error *err);
+/* files: NULL-terminated pathspecs, passed after `--` */
+int sbx_agent_git_add(sbx_agent *a, const char *path, const char *const *files, sbx_error *err);
+/* The new commit's hash goes to hash (41 bytes hold a SHA-1, 65 a SHA-256). */
+int sbx_agent_git_commit(sbx_agent *a, const sbx_req_git_commit *req, char *hash, size_t hash_len, sbx_error *err);
+int sbx_agent_git_push(sbx_agent *a, const char *path, const char *auth, sbx_error *err);
+int sbx_agent_git_pull(sbx_agent *a, const char *path, const char *auth, sbx_error *err);
+int sbx_agent_git_branch(sbx_agent *a, const sbx_req_git_branch *req, sbx_wire_resp *out, sbx_error *err);
+/* lsp_start: the server id ("lsp-<n>") goes to id. */
+int sbx_agent_lsp_start(sbx_agent *a, const char *language, const char *root, char *id, size_t id_len,
+                        sbx_error *err);
+int sbx_agent_lsp_stop(sbx_agent *a, const char *id, sbx_error *err);
+/* lsp_request: returns once `ready` arrived. The connection then carries
+ * the server's stdio: send with sbx_agent_send_bulk(SBX_BULK_REQ_DATA),
+ * end the input with a data_end frame, read with sbx_agent_next_data until
+ * 0 (`done`: the server's stdout ended). The server serves this one stream
+ * and is killed when it ends, including when the connection closes. */
+int sbx_agent_lsp_attach(sbx_agent *a, const char *id, sbx_error *err);
 
 #ifdef __cplusplus
 }

@@ -387,6 +387,63 @@ void sbx_pty_close(sbx_pty *p); /* ends the shell (silkd kills it) */
  * the caller's; bytes that arrived with the 101 are appended to pending. */
 int sbx_sandbox_dial_port(sbx_sandbox *s, uint16_t port, int *fd, sbx_buf *pending, sbx_error *err);
 
+/* ---- sandbox handle: git (silkd-wire §5.11) ----
+ * The guest's git, as root. A failed git command is an SBX_E_REMOTE silkd
+ * error of kind internal carrying git's message; clone, push and pull on a
+ * sandbox without network answer kind unimplemented. auth (a bearer token,
+ * optional) reaches git only through its environment. */
+typedef struct sbx_git_clone_opts {
+  size_t struct_size; /* SBX_GIT_CLONE_OPTS_INIT */
+  const char *url;    /* required; ext:: and fd:: are refused */
+  const char *path;   /* required; relative to silkd's working directory */
+  const char *branch; /* NULL = the remote's HEAD */
+  uint32_t depth;     /* 0 = full history */
+  const char *auth;   /* NULL = none */
+} sbx_git_clone_opts;
+#define SBX_GIT_CLONE_OPTS_INIT(...) {.struct_size = sizeof(sbx_git_clone_opts), __VA_ARGS__}
+int sbx_sandbox_git_clone(sbx_sandbox *s, const sbx_git_clone_opts *opts, sbx_error *err);
+/* A git_status_result frame in *out (free with sbx_wire_resp_free). */
+int sbx_sandbox_git_status(sbx_sandbox *s, const char *path, sbx_wire_resp *out, sbx_error *err);
+int sbx_sandbox_git_add(sbx_sandbox *s, const char *path, const char *const *files, sbx_error *err);
+/* author is "Name <email>" (also the committer); the hash goes to hash. */
+int sbx_sandbox_git_commit(sbx_sandbox *s, const char *path, const char *message, const char *author, char *hash,
+                           size_t hash_len, sbx_error *err);
+int sbx_sandbox_git_push(sbx_sandbox *s, const char *path, const char *auth, sbx_error *err);
+int sbx_sandbox_git_pull(sbx_sandbox *s, const char *path, const char *auth, sbx_error *err);
+/* list fills *out with a git_branches frame (out may be NULL); create,
+ * delete (forced) and checkout need name, which may not start with '-'. */
+int sbx_sandbox_git_branch(sbx_sandbox *s, const char *path, sbx_wire_git_branch_action action, const char *name,
+                           sbx_wire_resp *out, sbx_error *err);
+
+/* ---- sandbox handle: language servers (silkd-wire §5.12) ---- */
+typedef struct sbx_lsp sbx_lsp;
+typedef struct sbx_lsp_opts {
+  size_t struct_size;   /* SBX_LSP_OPTS_INIT */
+  const char *language; /* a manifest name under the guest's lsp.d, e.g. "python" */
+  const char *root;     /* the server's working directory; NULL = silkd's */
+} sbx_lsp_opts;
+#define SBX_LSP_OPTS_INIT(...) {.struct_size = sizeof(sbx_lsp_opts), __VA_ARGS__}
+/* Start the server and attach to it on a connection of its own: the
+ * stream then carries the server's stdio byte for byte (the caller writes
+ * and reads the LSP Content-Length framing). */
+int sbx_sandbox_lsp_open(sbx_sandbox *s, const sbx_lsp_opts *opts, sbx_lsp **out, sbx_error *err);
+const char *sbx_lsp_id(const sbx_lsp *l);
+/* The connection fd, to poll; call sbx_lsp_read(..., 0, ...) before each
+ * poll, frames may already be buffered. */
+int sbx_lsp_fd(const sbx_lsp *l);
+int sbx_lsp_write(sbx_lsp *l, const void *data, size_t n, sbx_error *err);
+/* Close the server's stdin (data_end); its output still arrives. */
+int sbx_lsp_close_input(sbx_lsp *l, sbx_error *err);
+/* Deliver what the server wrote (on_data per piece; a non-zero return
+ * fails the read with it), available now (timeout_ms 0) or within
+ * timeout_ms. Returns 1 once the server's output ended, else 0. */
+int sbx_lsp_read(sbx_lsp *l, int (*on_data)(void *ud, const void *data, size_t n), void *ud, int timeout_ms,
+                 sbx_error *err);
+/* Close the stream: silkd kills the server. */
+void sbx_lsp_close(sbx_lsp *l);
+/* Kill a server by id from any handle (an attached stream then ends). */
+int sbx_sandbox_lsp_stop(sbx_sandbox *s, const char *id, sbx_error *err);
+
 #ifdef __cplusplus
 }
 #endif

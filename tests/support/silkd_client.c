@@ -23,7 +23,9 @@ int sc_try_connect(const char *path) {
   return fd;
 }
 
-int silkd_start(silkd_srv *s) {
+/* Start silkd with up to two extra arguments (NULL for none); returns 0 or
+ * -1. The daemon inherits the test's environment. */
+int silkd_start_args(silkd_srv *s, const char *a1, const char *a2) {
   snprintf(s->dir, sizeof s->dir, "/tmp/silkd-test-XXXXXX");
   if (!mkdtemp(s->dir)) return -1;
   snprintf(s->sock, sizeof s->sock, "%s/silkd.sock", s->dir);
@@ -38,7 +40,7 @@ int silkd_start(silkd_srv *s) {
     dup2(nfd, 0);
     dup2(lfd, 2);
     setenv("SHELL", "/bin/bash", 1); /* pty_open's shell, whatever CI has */
-    execl(bin, "silkd", "--listen", listen, (char *)NULL);
+    execl(bin, "silkd", "--listen", listen, a1, a2, (char *)NULL);
     _exit(127);
   }
   for (int i = 0; i < 2000; i++) {
@@ -53,6 +55,8 @@ int silkd_start(silkd_srv *s) {
   }
   return -1;
 }
+
+int silkd_start(silkd_srv *s) { return silkd_start_args(s, NULL, NULL); }
 
 int silkd_stop(silkd_srv *s) {
   int st = -1;

@@ -53,6 +53,8 @@ int sc_try_connect(const char *path);
 
 /* Start silkd; returns 0 or -1. */
 int silkd_start(silkd_srv *s);
+/* The same with up to two extra arguments (NULL for none). */
+int silkd_start_args(silkd_srv *s, const char *a1, const char *a2);
 
 /* SIGTERM, expect exit 0, remove the temp dir. Returns the exit status. */
 int silkd_stop(silkd_srv *s);

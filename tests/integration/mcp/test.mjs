@@ -191,7 +191,7 @@ async function sdkSession() {
     const names = tools.map((t) => t.name).sort();
     for (const want of ['create_sandbox', 'exec', 'spawn', 'ps', 'logs', 'kill', 'write_file', 'read_file', 'list_dir',
       'release', 'node_info', 'fork', 'hibernate', 'checkpoint', 'branch_checkpoint', 'list_checkpoints',
-      'delete_checkpoint', 'promote', 'wake'])
+      'delete_checkpoint', 'promote', 'wake', 'git_status', 'git_diff', 'git_commit'])
       assert.ok(names.includes(want), `tools/list lacks ${want}`);
     const ajv = new Ajv({ strict: true, allErrors: true });
     for (const t of tools) {
@@ -208,6 +208,8 @@ async function sdkSession() {
       assert.equal(byName[d].annotations.readOnlyHint, false, d);
       assert.equal(byName[d].annotations.destructiveHint, true, d);
     }
+    for (const ro of ['git_status', 'git_diff']) assert.equal(byName[ro].annotations.readOnlyHint, true, ro);
+    assert.equal(byName.git_commit.annotations.readOnlyHint, false, 'git_commit changes the repository');
     log(`tools/list: ${tools.length} tools, schemas compile`);
 
     const call = async (name, args) => client.callTool({ name, arguments: args });
@@ -299,6 +301,25 @@ async function sdkSession() {
     assert.equal(lg.stdout, 'bg\n');
     assert.equal(lg.exited, true);
     assert.equal(lg.exit_code, 137);
+
+    // git tools on the host template's git, in the jail
+    ok(await call('exec', { sandbox_id: id, command: 'mkdir -p /tmp/g && cd /tmp/g && git init -q -b main && echo one > a.txt' }), 'git init');
+    r = ok(await call('git_status', { sandbox_id: id, path: '/tmp/g' }), 'git_status');
+    assert.equal(r.branch, 'main');
+    assert.deepEqual(r.files, [{ path: 'a.txt', staged: '?', unstaged: '?' }]);
+    r = ok(await call('git_commit', { sandbox_id: id, path: '/tmp/g', message: 'first', files: ['a.txt'], author: 'Ann <ann@example.org>' }), 'git_commit');
+    assert.match(r.hash, /^[0-9a-f]{40}$/);
+    ok(await call('exec', { sandbox_id: id, command: 'echo two >> /tmp/g/a.txt' }), 'edit');
+    r = ok(await call('git_diff', { sandbox_id: id, path: '/tmp/g' }), 'git_diff');
+    assert.match(r.diff, /^\+two$/m);
+    r = ok(await call('git_diff', { sandbox_id: id, path: '/tmp/g', staged: true }), 'git_diff staged');
+    assert.equal(r.diff, '');
+    r = ok(await call('git_commit', { sandbox_id: id, path: '/tmp/g', message: 'second', all: true }), 'git_commit all');
+    r = ok(await call('git_status', { sandbox_id: id, path: '/tmp/g' }), 'git_status clean');
+    assert.deepEqual(r.files, []);
+    r = await call('git_status', { sandbox_id: id, path: '/tmp' });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /not a git repository/);
 
     const info = ok(await call('node_info', {}), 'node_info');
     assert.ok(Array.isArray(info.pools), JSON.stringify(info));

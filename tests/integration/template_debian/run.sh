@@ -9,7 +9,11 @@ src=${1:?usage: run.sh SOURCE_DIR BUILD_BIN_DIR}
 bin=${2:?usage: run.sh SOURCE_DIR BUILD_BIN_DIR}
 script=$src/scripts/build-template-debian
 cache=${SBX_TEST_CACHE:-/var/cache/sandbox-tests}
-fail() { echo "template_debian: FAIL: $*" >&2; exit 1; }
+fail() {
+  echo "template_debian: FAIL: $*" >&2
+  [ -z "${sbxd:-}" ] || [ ! -f "$sbxd/log" ] || { echo "sandboxd log tail:" >&2; tail -20 "$sbxd/log" >&2; }
+  exit 1
+}
 
 # Usage errors exit 2 and build nothing.
 scratch=$(mktemp -d)
@@ -71,4 +75,64 @@ run sh -c 'echo scratch > /etc/sbx-written && cat /etc/sbx-written' >/dev/null |
 [ ! -e "$root/etc/sbx-written" ] || fail "a sandbox's write reached the template"
 rc=0; run test -e /etc/sbx-written || rc=$?
 [ "$rc" = 1 ] || fail "a second sandbox sees the first one's write (exit $rc)"
+# openssh-server is installed, not started: nothing in a sandbox starts it,
+# and the template carries no host keys, so a sandbox makes its own.
+run sh -c 'mkdir -p /run/sshd && ssh-keygen -A >/dev/null && /usr/sbin/sshd -t' || fail "sshd in the template is not usable"
+[ -s "$root/etc/silkd/lsp.d/python" ] || fail "no LSP manifest for python in the template"
+
+# silkd's git verbs and LSP broker through a real sandboxd: sbxctl talks to
+# the sandbox's silkd over the upgraded agent connection.
+sbxd=$scratch/sbxd
+mkdir -p "$sbxd/data" "$scratch/xdg"
+cg=sbx-template-debian-$$
+printf '{"listen":"127.0.0.1:0","data_dir":"%s","driver":"jail","api_token":"template-debian-token","templates_dir":"%s","jail":{"cgroup_root":"%s"}}\n' \
+  "$sbxd/data" "$templates" "$cg" > "$sbxd/config.json"
+SANDBOXD_SILKD=$silkd "$bin/sandboxd" --config "$sbxd/config.json" 2>"$sbxd/log" &
+sbxd_pid=$!
+id=
+stop_all() {
+  [ -z "$id" ] || "$bin/sbxctl" release "$id" >/dev/null 2>&1 || true
+  # SIGTERM, then SIGKILL if sandboxd has not stopped within 30 s: the test
+  # must end either way (released sandboxes are gone already)
+  kill "$sbxd_pid" 2>/dev/null || true
+  for _ in $(seq 300); do kill -0 "$sbxd_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$sbxd_pid" 2>/dev/null || true
+  wait "$sbxd_pid" 2>/dev/null || true
+  for h in /sys/fs/cgroup/*/"$cg" /sys/fs/cgroup/"$cg"; do [ ! -d "$h" ] || rmdir "$h" 2>/dev/null || true; done
+  rm -rf "$scratch"
+}
+trap stop_all EXIT INT TERM
+port=
+for _ in $(seq 600); do
+  port=$(sed -n 's/.*sandboxd: ready port=\([0-9]*\).*/\1/p' "$sbxd/log")
+  [ -z "$port" ] || break
+  kill -0 "$sbxd_pid" 2>/dev/null || fail "sandboxd exited: $(tail -5 "$sbxd/log")"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "sandboxd did not start: $(tail -5 "$sbxd/log")"
+export SANDBOXD_ADDR=127.0.0.1:$port SANDBOXD_TOKEN=template-debian-token XDG_STATE_HOME=$scratch/xdg
+ctl() { "$bin/sbxctl" "$@"; }
+id=$(ctl claim debian) || fail "claim debian: $(tail -5 "$sbxd/log")"
+py='def twice(x):
+    """Double x."""
+    return 2 * x
+
+
+print(twice(21))
+'
+ctl exec "$id" -- sh -c 'mkdir -p /src && cd /src && git init -q -b main' >/dev/null || fail "git init in the sandbox"
+printf '%s' "$py" | ctl put "$id:/src/m.py" || fail "put m.py"
+out=$(ctl git "$id" status /src) || fail "git status: exit $?"
+[ "$out" = "## main
+?? m.py" ] || fail "git status printed '$out'"
+ctl git "$id" add /src m.py || fail "git add"
+hash=$(ctl git "$id" commit /src -m "add m.py" --author "Ann <ann@example.org>") || fail "git commit"
+head=$(ctl exec "$id" -- git -C /src rev-parse HEAD) || fail "rev-parse"
+[ "$hash" = "$head" ] || fail "git commit answered $hash, HEAD is $head"
+out=$(ctl --json git "$id" status /src) || fail "git status --json"
+[ "$out" = '{"branch":"main","ahead":0,"behind":0,"files":[],"truncated":false}' ] || fail "clean status: $out"
+python3 "$src/tests/integration/template_debian/lsp_client.py" file:///src/m.py "$py" \
+  "$bin/sbxctl" lsp "$id" python --root /src || fail "LSP round trip with pylsp"
+rc=0; ctl lsp "$id" ../../bin/sh </dev/null 2>/dev/null || rc=$?
+[ "$rc" = 1 ] || fail "lsp ../../bin/sh: exit $rc, want 1"
 echo "template_debian: ok ($(cat "$root/etc/debian_version"), $(ls "$root/usr/bin" | wc -l) programs in /usr/bin)"

@@ -12,6 +12,7 @@
 #include "../../../sbxctl/cmd_completion.c"
 #include "../../../sbxctl/cmd_fs.c"
 #include "../../../sbxctl/cmd_search.c"
+#include "../../../sbxctl/cmd_git.c"
 #include "../../../sbxctl/cmd_sandbox.c"
 #include "../../../sbxctl/cmd_lifecycle.c"
 #include "../../../sbxctl/cmd_shell.c"

@@ -30,7 +30,7 @@ static void test_tool_table(void **state) {
   (void)state;
   json_t *tools = mcp_tools_list();
   assert_non_null(tools);
-  assert_int_equal(json_array_size(tools), 21);
+  assert_int_equal(json_array_size(tools), 24);
   size_t i;
   json_t *t;
   json_array_foreach(tools, i, t) {
@@ -87,7 +87,8 @@ static void test_every_tool_annotation(void **state) {
       {"branch_checkpoint", false, false, false}, {"list_checkpoints", true, false, true},
       {"delete_checkpoint", false, true, true}, {"promote", false, true, false},
       {"wake", false, false, true},            {"search", true, false, true},
-      {"replace", false, true, false},
+      {"replace", false, true, false},         {"git_status", true, false, true},
+      {"git_diff", true, false, true},         {"git_commit", false, false, false},
   };
   size_t n = sizeof want / sizeof *want, seen = 0;
   json_t *tools = mcp_tools_list();
