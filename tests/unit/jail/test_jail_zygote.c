@@ -58,7 +58,10 @@ static const char probe[] =
     "cat >/dev/null; "
     "tr '\\0' ' ' </proc/1/cmdline; echo; cat /proc/1/comm; "
     "grep -E '^(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|Cap[A-Za-z]+|NSpid|PPid|Nice)' /proc/1/status; "
-    "for f in /proc/1/fd/*; do echo \"${f##*/} $(readlink $f | sed 's/[[0-9]*]//')\"; done; "
+    /* How many descriptors pid 1 holds, not which numbers: a workload
+     * cannot read what they are (pid 1 is not dumpable), and the numbers
+     * depend on when silkd closed the driver's readiness connection. */
+    "echo fds $(ls /proc/1/fd | wc -l); "
     "cat /proc/1/environ | tr '\\0' '\\n'; readlink /proc/1/root /proc/1/cwd; hostname; ls /";
 
 static void test_zygote_pid1_same_as_exec(void **state) {
