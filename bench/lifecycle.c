@@ -77,7 +77,7 @@ static sbx_instance *restore_one(const char *img) {
 static void sh(sbx_instance *s, const char *script) {
   sbx_error err;
   int fd;
-  sbx_agent *a;
+  sbx_agent *a = NULL;
   if (sbx_sandbox_connect(s, &fd, &err) < 0 || sbx_agent_open(fd, &a, &err) < 0) die("agent", &err);
   sbx_agent_set_timeout(a, 600000);
   sbx_buf o = SBX_BUF_INIT(1 << 20), e = SBX_BUF_INIT(1 << 20);
