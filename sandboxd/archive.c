@@ -38,7 +38,8 @@ static struct arch *arch_find(const char *id) {
 static void arch_add(const char *id, const char *ck) {
   arch = sbx_reallocarray(arch, narch + 1, sizeof *arch);
   snprintf(arch[narch].id, sizeof arch[narch].id, "%s", id);
-  snprintf(arch[narch].ck, sizeof arch[narch].ck, "%s", ck);
+  /* ck is a checkpoint id ("ck_" + 16 hex), checked before it gets here */
+  snprintf(arch[narch].ck, sizeof arch[narch].ck, "%.*s", (int)sizeof arch[narch].ck - 1, ck);
   narch++;
 }
 

@@ -144,7 +144,7 @@ int cmd_checkpoints(rctx *r, int argc, char **argv) {
   int rc = opts_loop(r, argc, argv, "checkpoints", NULL, 0, NULL, NULL);
   if (rc >= 0) return rc;
   if (argc != optind) return rusage("checkpoints");
-  sbx_client *cl;
+  sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;
   sbx_checkpoint *list = NULL;
   size_t n = 0;
@@ -167,7 +167,7 @@ int cmd_rm_checkpoint(rctx *r, int argc, char **argv) {
   int rc = opts_loop(r, argc, argv, "rm-checkpoint", NULL, 0, NULL, NULL);
   if (rc >= 0) return rc;
   if (argc - optind < 1) return rusage("rm-checkpoint");
-  sbx_client *cl;
+  sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;
   int status = 0;
   for (int i = optind; i < argc; i++) {
@@ -189,7 +189,7 @@ int cmd_branch(rctx *r, int argc, char **argv) {
   int rc = opts_loop(r, argc, argv, "branch", extra, 1, ttl_take, &ttl);
   if (rc >= 0) return rc;
   if (argc - optind != 1) return rusage("branch");
-  sbx_client *cl;
+  sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;
   sbx_branch_opts bo = SBX_BRANCH_OPTS_INIT(.ttl_seconds = ttl);
   sbx_sandbox *s;

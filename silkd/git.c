@@ -109,7 +109,8 @@ static void send_git_failure(struct git_job *j) {
     detail = trim(o, n);
   }
   char msg[GIT_MSG_CAP];
-  snprintf(msg, sizeof msg, "git %s: %s", j->label, detail);
+  /* git's own text is cut to the message cap (§6): the start says what failed */
+  if (snprintf(msg, sizeof msg, "git %s: %s", j->label, detail) >= (int)sizeof msg) msg[sizeof msg - 1] = '\0';
   send_error(j->c, SBX_ERR_INTERNAL, msg);
 }
 
