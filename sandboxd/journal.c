@@ -383,6 +383,7 @@ int usage_event_children(struct sbxd *d, const char *ev, const sbx_lease *l, con
    * rotation is journal_begin's, never inside a transaction. */
   if (append_line(d->usage_fd, w.p, w.n, "usage.jsonl", err) < 0) return -1;
   d->usage_size += (int64_t)w.n;
+  metrics_event(d, ev);
   return 0;
 }
 

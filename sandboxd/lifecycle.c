@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,15 +67,13 @@ static int64_t idle_since(const char *id) { return idle_get(id)->last; }
 /* ---- hibernate and wake ---- */
 
 static int do_wake(struct sbxd *d, sbx_lease *l, sbx_error *err) {
-  if (lease_archived(l)) {
-    int rc = archive_wake(d, l, err);
-    if (rc == 0) idle_get(l->id)->last = now_unix();
-    return rc;
-  }
-  int rc = inst_resume(l->inst, err);
+  uint64_t t0 = sbx_now_ns();
+  bool archived = lease_archived(l);
+  int rc = archived ? archive_wake(d, l, err) : inst_resume(l->inst, err); /* archive_wake journals its events */
   if (rc < 0) return rc;
   idle_get(l->id)->last = now_unix();
-  usage_note(d, "wake", l, NULL);
+  if (!archived) usage_note(d, "wake", l, NULL);
+  d->m.wake_seconds += (double)(sbx_now_ns() - t0) / 1e9;
   sbx_debug("wake %s", l->id);
   return 0;
 }
@@ -248,6 +247,7 @@ struct fork_op {
   sbx_pool_key key;
   char tenant[SBX_POOL_NAME_MAX];
   int ttl, count, pending;
+  int fail_child; /* a test aid: this child's start fails (-1: none) */
   char *prefix;
   char image[PATH_MAX];
   struct fork_child *kids;
@@ -270,6 +270,10 @@ static void rm_image(const char *path) {
 static void fork_work(void *arg) {
   struct fork_child *c = arg;
   struct fork_op *op = c->op;
+  if (c - op->kids == op->fail_child) {
+    sbx_err(&c->err, SBX_E_INTERNAL, "child %d made to fail (SANDBOXD_TEST_FORK_FAIL_CHILD)", op->fail_child);
+    return;
+  }
   provider_restore(op->d->prov, &op->key, op->image, PROBE_FORK_MS, &c->inst, &c->err);
 }
 
@@ -475,6 +479,10 @@ void h_fork(struct sbxd *d, struct http_req *req, const char *id) {
   snprintf(op->parent, sizeof op->parent, "%s", l->id);
   snprintf(op->tenant, sizeof op->tenant, "%s", l->tenant);
   op->kids = sbx_calloc((size_t)count, sizeof *op->kids);
+  /* Not an API: lets a test make one child fail deterministically to see
+   * every other child rolled back (§5.8 step 4). */
+  const char *fail = getenv("SANDBOXD_TEST_FORK_FAIL_CHILD");
+  op->fail_child = fail && *fail ? atoi(fail) : -1;
   /* The parent's part: its image, taken on this thread (a hibernated
    * parent stays frozen and is not woken, §5.8 step 2). */
   if (new_image_path(d, "fork", op->image, sizeof op->image, &err) < 0 || inst_snapshot(l->inst, op->image, &err) < 0) {

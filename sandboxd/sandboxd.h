@@ -27,6 +27,8 @@ struct metrics {
   double claim_seconds;
   uint64_t releases, reaps;
   uint64_t journal_errors; /* journal writes that failed (journal.c) */
+  uint64_t lifecycle[8];   /* transitions by usage event, in admin.c's order */
+  double wake_seconds;
 };
 
 struct relay;
@@ -165,6 +167,9 @@ void h_drain(struct sbxd *d, struct http_req *req, bool on);
 void h_peers(struct sbxd *d, struct http_req *req);
 void h_volumes(struct sbxd *d, struct http_req *req);
 void h_metrics(struct sbxd *d, struct http_req *req);
+/* Counts a lifecycle transition for /metrics by its usage event name
+ * (journal.c calls it for each event written). */
+void metrics_event(struct sbxd *d, const char *ev);
 json_t *node_info(struct sbxd *d);
 int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err); /* takes p */
 int recover(struct sbxd *d, sbx_error *err);

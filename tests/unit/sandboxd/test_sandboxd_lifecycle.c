@@ -317,6 +317,85 @@ static void test_fork_children_independent(void **state) {
   while (d && (de = readdir(d))) left += de->d_name[0] != '.';
   if (d) closedir(d);
   assert_int_equal(left, 0);
+  /* the lifecycle counters saw both forks and the hibernate */
+  struct http_resp m;
+  assert_int_equal(sbxd_http(P.port, "GET", "/metrics", ROOT, NULL, &m), 0);
+  assert_non_null(strstr(m.body, "sandboxd_forks_total 2\n"));
+  assert_non_null(strstr(m.body, "sandboxd_hibernates_total 1\n"));
+  http_resp_free(&m);
+}
+
+/* Mounts of this daemon's data directory seen from the host. */
+static int host_mounts(void) {
+  FILE *f = fopen("/proc/self/mountinfo", "r");
+  char line[4096];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) n += strstr(line, P.dir) != NULL;
+  if (f) fclose(f);
+  return n;
+}
+
+static int child_cgroups(void) {
+  char cg[320];
+  snprintf(cg, sizeof cg, "/sys/fs/cgroup/freezer/%s", P.cgroup);
+  DIR *d = opendir(cg);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    if (de->d_type == DT_DIR && de->d_name[0] != '.') n++;
+  if (d) closedir(d);
+  return n;
+}
+
+static int setup_fail_child(void **state) {
+  setenv("SANDBOXD_TEST_FORK_FAIL_CHILD", "2", 1); /* the daemon's test aid */
+  int rc = setup(state);
+  unsetenv("SANDBOXD_TEST_FORK_FAIL_CHILD");
+  return rc;
+}
+
+/* §5.8 step 4: one child of four fails to start, so none is kept: no
+ * lease, sandbox, cgroup, mount or image copy is left, the caller gets a
+ * 500, and the parent runs on. */
+static void test_fork_failing_child_rolls_back_all(void **state) {
+  SKIP_IF_NEEDED();
+  struct sbxd_claim c;
+  claim(&c);
+  sh(&c, "echo parent > /root/p", NULL);
+  int mounts = host_mounts();
+  int st;
+  json_decref(fork_req(&c, ROOT, "{\"count\":4}", &st));
+  assert_int_equal(st, 500);
+  /* the started children are destroyed on workers after the answer */
+  for (int i = 0; i < 1000 && (sbxd_count_sandboxes(&P) != 1 || child_cgroups() != 1); i++) usleep(10000);
+  assert_int_equal(sbxd_count_sandboxes(&P), 1);
+  assert_int_equal(child_cgroups(), 1);
+  assert_int_equal(host_mounts(), mounts);
+  assert_int_equal(usage_count("fork"), 0);
+  struct http_resp r;
+  assert_int_equal(sbxd_http(P.port, "GET", "/v1/sandboxes", ROOT, NULL, &r), 0);
+  json_t *rows = json_loads(r.body, 0, NULL);
+  http_resp_free(&r);
+  json_t *arr = json_is_array(rows) ? rows : json_object_get(rows, "sandboxes");
+  assert_int_equal(json_array_size(arr), 1);
+  json_decref(rows);
+  char path[320];
+  snprintf(path, sizeof path, "%s/data/run/.images", P.dir);
+  DIR *d = opendir(path);
+  int left = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    if (de->d_name[0] != '.') left++;
+  if (d) closedir(d);
+  assert_int_equal(left, 0);
+  snprintf(path, sizeof path, "%s/data/images", P.dir);
+  d = opendir(path);
+  left = 0;
+  while (d && (de = readdir(d)))
+    if (de->d_name[0] != '.') left++;
+  if (d) closedir(d);
+  assert_int_equal(left, 0);
+  sh(&c, "cat /root/p", "parent\n");
 }
 
 static void test_kill9_keeps_hibernated_and_fork_leaves_nothing(void **state) {
@@ -441,6 +520,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_hibernate_freezes_and_exec_wakes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_dial_wakes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fork_children_independent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fork_failing_child_rolls_back_all, setup_fail_child, teardown),
       cmocka_unit_test_setup_teardown(test_kill9_keeps_hibernated_and_fork_leaves_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_auto_hibernate, setup_idle, teardown),
       cmocka_unit_test_setup_teardown(test_idle_archive_and_wake, setup_archive, teardown),
