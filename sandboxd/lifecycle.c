@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -255,11 +257,17 @@ struct fork_op {
 
 static void fork_client_gone(void *arg) { ((struct fork_op *)arg)->client_gone = true; }
 
+/* A fork's image is a RAM image (see ram_dir): path is <ram>/img. The
+ * tmpfs is detached, not emptied: the children's binds of it keep it until
+ * the last of them is destroyed (the driver's in-place restore). */
 static void rm_image(const char *path) {
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
   if (!slash) return;
+  *slash = '\0';
+  if (umount2(dir, MNT_DETACH) < 0 && errno != EINVAL) sbx_warn("fork: detach %s: %s", dir, strerror(errno));
+  slash = strrchr(dir, '/');
   *slash = '\0';
   int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -426,13 +434,21 @@ static int reserve_all(struct sbxd *d, const char *tenant, int count, sbx_error 
   return 0;
 }
 
+/* <data_dir>/images/<kind>-<hex>, a fresh tmpfs, and in out the image
+ * directory inside it (written by the snapshot): children of a fork stack
+ * it in place instead of copying it from disk. Without a tmpfs (no mount
+ * right) it is a plain directory, which the children copy as before. */
 static int new_image_path(struct sbxd *d, const char *kind, char *out, size_t cap, sbx_error *err) {
-  char dir[PATH_MAX], hex[17];
+  char dir[PATH_MAX], ram[PATH_MAX], hex[17];
   if (sbxi_path_fmt(dir, sizeof dir, err, "%s/images", d->cfg->data_dir) < 0) return -1;
   if (mkdir(dir, 0700) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", dir);
   int rc = sbxi_random_hex(hex, 8, err);
   if (rc < 0) return rc;
-  return sbxi_path_fmt(out, cap, err, "%s/%s-%s", dir, kind, hex);
+  if (sbxi_path_fmt(ram, sizeof ram, err, "%s/%s-%s", dir, kind, hex) < 0) return -1;
+  if (mkdir(ram, 0700) < 0) return sbx_err_os(err, errno, "mkdir %s", ram);
+  if (mount("tmpfs", ram, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") < 0)
+    sbx_debug("fork: no tmpfs for %s (%s): the image goes to disk", ram, strerror(errno));
+  return sbxi_path_fmt(out, cap, err, "%s/img", ram);
 }
 
 void h_fork(struct sbxd *d, struct http_req *req, const char *id) {
@@ -486,6 +502,7 @@ void h_fork(struct sbxd *d, struct http_req *req, const char *id) {
   /* The parent's part: its image, taken on this thread (a hibernated
    * parent stays frozen and is not woken, §5.8 step 2). */
   if (new_image_path(d, "fork", op->image, sizeof op->image, &err) < 0 || inst_snapshot(l->inst, op->image, &err) < 0) {
+    if (op->image[0]) rm_image(op->image);
     op->pending = 0;
     fork_fail(op, err.msg);
     sbx_free(op->kids);
@@ -507,6 +524,13 @@ void lifecycle_recover(struct sbxd *d) {
   /* A fork's image lives only while its children start; one left by a
    * killed daemon has no user (its children were never journalled and
    * reconcile destroyed them). */
+  char imgs[PATH_MAX], img[PATH_MAX];
+  DIR *dir = sbxi_path_fmt(imgs, sizeof imgs, NULL, "%s/images", d->cfg->data_dir) == 0 ? opendir(imgs) : NULL;
+  struct dirent *de;
+  while (dir && (de = readdir(dir)))
+    if (de->d_name[0] != '.' && sbxi_path_fmt(img, sizeof img, NULL, "%s/%s/img", imgs, de->d_name) == 0)
+      rm_image(img); /* detaches its tmpfs */
+  if (dir) closedir(dir);
   sbxi_rm_rf_at(d->data_fd, "images", NULL);
   checkpoint_sweep(d, true);
   promote_sweep(d);
