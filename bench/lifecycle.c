@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,6 +93,9 @@ static void sh(sbx_instance *s, const char *script) {
 static void destroy(sbx_instance *s) { sbx_sandbox_destroy(s, NULL); }
 
 static void rm_img(const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, DIR "/%s", name);
+  umount2(path, MNT_DETACH); /* a RAM image's tmpfs, as sandboxd's fork does */
   int fd = open(DIR, O_PATH | O_DIRECTORY);
   sbxi_rm_rf_at(fd, name, NULL);
   close(fd);
@@ -176,10 +180,14 @@ int main(int argc, char **argv) {
 
   /* ---- fork into 8 beside 8 golden clones ---- */
   sbx_instance *kids[8];
+  /* as sandboxd forks: the image on a fresh tmpfs, stacked in place by
+   * the children (see the driver's RAM images) */
   rm_img("fork");
   t0 = sbx_now_ns();
-  if (sbx_sandbox_snapshot(s, DIR "/fork", &err) < 0) die("snapshot", &err);
-  for (int i = 0; i < 8; i++) kids[i] = restore_one(DIR "/fork");
+  if (mkdir(DIR "/fork", 0700) < 0 || mount("tmpfs", DIR "/fork", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") < 0)
+    die("tmpfs for the fork image", NULL);
+  if (sbx_sandbox_snapshot(s, DIR "/fork/img", &err) < 0) die("snapshot", &err);
+  for (int i = 0; i < 8; i++) kids[i] = restore_one(DIR "/fork/img");
   double fork_ms = (double)(sbx_now_ns() - t0) / 1e6;
   rm_img("fork");
   for (int i = 0; i < 8; i++) destroy(kids[i]);

@@ -298,6 +298,8 @@ static void lease_from_json(const json_t *c, sbx_lease *l) {
   l->ttl = (int)json_integer_value(json_object_get(c, "ttl"));
   const char *ref = json_string_value(json_object_get(c, "claim_ref"));
   l->claim_ref = ref ? (char *)ref : NULL; /* commit copies it */
+  snprintf(l->from_checkpoint, sizeof l->from_checkpoint, "%s",
+           json_string_value(json_object_get(c, "from_checkpoint")) ?: "");
   if (json_is_true(json_object_get(c, "failed"))) {
     l->failed = true;
     snprintf(l->failed_reason, sizeof l->failed_reason, "%s",

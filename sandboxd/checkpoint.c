@@ -184,6 +184,7 @@ static void restore_done(void *arg, bool cancelled) {
   op->proto.claimed_at = now;
   op->proto.deadline = now + op->proto.ttl;
   op->proto.claim_ref = op->claim_ref;
+  snprintf(op->proto.from_checkpoint, sizeof op->proto.from_checkpoint, "%s", op->from_checkpoint);
   sbx_error err;
   struct jmark jm;
   if (journal_begin(d, &jm, &err) < 0) {

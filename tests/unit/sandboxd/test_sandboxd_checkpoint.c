@@ -117,6 +117,12 @@ static void branch(const char *node, const char *ck, struct sbxd_claim *c) {
   snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(v, "id")));
   snprintf(c->token, sizeof c->token, "%s", json_string_value(json_object_get(v, "token")));
   json_decref(v);
+  /* its row says where it came from (SandboxRow.from_checkpoint) */
+  snprintf(path, sizeof path, "/v1/sandboxes/%s", c->id);
+  v = call("GET", path, ROOT, NULL, &st);
+  assert_int_equal(st, 200);
+  assert_string_equal(json_string_value(json_object_get(v, "from_checkpoint")), ck);
+  json_decref(v);
 }
 
 static size_t list_count(const char *token) {
