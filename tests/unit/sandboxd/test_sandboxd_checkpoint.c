@@ -266,6 +266,68 @@ static void test_kill9_mid_export_leaves_no_record(void **state) {
   sh(&a, "echo alive", "alive\n"); /* the source was thawed by the restart's adoption or never frozen */
 }
 
+/* Entries of dir not starting with '.'; with only_dirs, directories only. */
+static int entries(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) n += de->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
+/* kill -9 while a promote writes its generation: after the restart the
+ * template either does not exist (no pointer, no generation left) or is
+ * whole (its pointer names the one generation left); the source lives. */
+static void test_kill9_mid_promote_old_or_new(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  struct sbxd_claim a;
+  claim_as(ROOT, "host", &a, NULL);
+  sh(&a, "mkdir /root/many && cd /root/many && for i in $(seq 1 3000); do echo $i > f$i; done; "
+         "dd if=/dev/urandom of=/root/big bs=1M count=64 2>/dev/null",
+     NULL);
+  int fd = sbxd_connect(P.port);
+  char req[512], body[128];
+  int bl = snprintf(body, sizeof body, "{\"token\":\"%s\",\"template\":\"half\"}", a.token);
+  int n = snprintf(req, sizeof req,
+                   "POST /v1/sandboxes/%s/promote HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " ROOT
+                   "\r\nContent-Length: %d\r\n\r\n%s",
+                   a.id, bl, body);
+  assert_int_equal(write_all_fd(fd, req, (size_t)n), 0);
+  char root[320], tdir[640] = "";
+  snprintf(root, sizeof root, "%s/data/promoted", P.dir);
+  for (int i = 0; i < 5000 && !tdir[0]; i++) { /* until a generation directory exists */
+    DIR *d = opendir(root);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+      if (strncmp(de->d_name, "tp_", 3) == 0) {
+        snprintf(tdir, sizeof tdir, "%s/%s", root, de->d_name);
+        if (entries(tdir) == 0) tdir[0] = '\0';
+      }
+    if (d) closedir(d);
+    if (!tdir[0]) usleep(500);
+  }
+  assert_true(tdir[0]);
+  assert_int_equal(sbxd_stop(&P, SIGKILL), 128 + SIGKILL);
+  close(fd);
+  assert_int_equal(sbxd_start(&P), 0);
+  char meta[700];
+  snprintf(meta, sizeof meta, "%s/meta.json", tdir);
+  json_t *m = json_load_file(meta, 0, NULL);
+  if (m) { /* new: the pointer and its generation, nothing else */
+    char gen[720];
+    snprintf(gen, sizeof gen, "%s/%s", tdir, json_string_value(json_object_get(m, "gen")));
+    assert_int_equal(access(gen, F_OK), 0);
+    assert_int_equal(entries(tdir), 2);
+    json_decref(m);
+  } else { /* old: no generation is left behind */
+    assert_int_equal(access(tdir, F_OK) == 0 ? entries(tdir) : 0, 0);
+  }
+  assert_int_equal(sbxd_count_sandboxes(&P), 1);
+  sh(&a, "echo alive", "alive\n");
+}
+
 static int teardown_full_disk(void **state) {
   int rc = teardown(state);
   umount2(small_store, MNT_DETACH);
@@ -370,6 +432,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_damaged_record_and_ttl, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill9_mid_export_leaves_no_record, setup, teardown),
       cmocka_unit_test_setup_teardown(test_promote_digest_and_claim, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kill9_mid_promote_old_or_new, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_disk_leaves_no_half_record, setup_full_disk, teardown_full_disk),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
