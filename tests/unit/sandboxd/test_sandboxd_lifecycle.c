@@ -22,16 +22,20 @@ static const char *extra = "";
 static struct sbxd_proc P;
 static const char *skip_reason;
 
-static int start_with_idle(int idle) {
-  char cfg[1024], *at;
-  snprintf(cfg, sizeof cfg, "%s", CONFIG);
+static void config_with(int idle, char *cfg, size_t cap) {
+  char *at, rest[512];
+  snprintf(cfg, cap, "%s", CONFIG);
   at = strstr(cfg, "@IDLE@");
-  char rest[512];
   snprintf(rest, sizeof rest, "%s", at + 6);
-  snprintf(at, sizeof cfg - (size_t)(at - cfg), "%d%s", idle, rest);
+  snprintf(at, cap - (size_t)(at - cfg), "%d%s", idle, rest);
   at = strstr(cfg, "@EXTRA@");
   snprintf(rest, sizeof rest, "%s", at + 7);
-  snprintf(at, sizeof cfg - (size_t)(at - cfg), "%s%s", extra, rest);
+  snprintf(at, cap - (size_t)(at - cfg), "%s%s", extra, rest);
+}
+
+static int start_with_idle(int idle) {
+  char cfg[1024];
+  config_with(idle, cfg, sizeof cfg);
   sbxd_prepare(&P, cfg);
   return sbxd_start(&P);
 }
@@ -514,6 +518,65 @@ static void test_idle_archive_and_wake(void **state) {
   assert_int_equal(post_status(&c, "renew", c.token, "{}"), 200);
 }
 
+static int setup_archive_no_idle(void **state) {
+  extra = ",\"archive_after_seconds\":1";
+  int rc = setup(state);
+  extra = "";
+  return rc;
+}
+
+/* kill -9 while the archive tier exports a hibernated sandbox: after the
+ * restart (archiving now off, so nothing moves on) it is archived (no
+ * instance, one record) or hibernated (its instance, no record), and a
+ * use brings back its files with nothing left over. */
+static void test_kill9_mid_archive_old_or_new(void **state) {
+  SKIP_IF_NEEDED();
+  struct sbxd_claim c;
+  claim(&c);
+  sh(&c, "mkdir /root/many && cd /root/many && for i in $(seq 1 3000); do echo $i > f$i; done; "
+         "dd if=/dev/urandom of=/root/big bs=1M count=64 2>/dev/null; echo kept > /root/kept",
+     NULL);
+  assert_int_equal(post_status(&c, "hibernate", c.token, NULL), 204);
+  char store[320];
+  snprintf(store, sizeof store, "%s/data/checkpoints", P.dir);
+  bool seen = false;
+  for (int i = 0; i < 20000 && !seen; i++) { /* the tick runs every 5 s */
+    DIR *d = opendir(store);
+    struct dirent *de;
+    while (d && (de = readdir(d))) seen |= strncmp(de->d_name, "ck_", 3) == 0;
+    if (d) closedir(d);
+    if (!seen) usleep(500);
+  }
+  assert_true(seen);
+  assert_int_equal(sbxd_stop(&P, SIGKILL), 128 + SIGKILL);
+  char cfg[1024];
+  config_with(0, cfg, sizeof cfg); /* archive_after_seconds off from here */
+  sbxd_write_config(&P, cfg);
+  assert_int_equal(sbxd_start(&P), 0);
+  DIR *d = opendir(store);
+  int records = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) records += de->d_name[0] != '.';
+  if (d) closedir(d);
+  if (archived(&c, NULL, 0)) {
+    assert_int_equal(sbxd_count_sandboxes(&P), 0);
+    assert_int_equal(records, 1);
+  } else {
+    assert_true(hibernated(&c));
+    assert_int_equal(sbxd_count_sandboxes(&P), 1);
+    assert_int_equal(records, 0);
+  }
+  sh(&c, "cat /root/kept", "kept\n");
+  assert_false(archived(&c, NULL, 0));
+  assert_int_equal(sbxd_count_sandboxes(&P), 1);
+  assert_int_equal(child_cgroups(), 1);
+  d = opendir(store);
+  records = 0;
+  while (d && (de = readdir(d))) records += de->d_name[0] != '.';
+  if (d) closedir(d);
+  assert_int_equal(records, 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -524,6 +587,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_kill9_keeps_hibernated_and_fork_leaves_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_auto_hibernate, setup_idle, teardown),
       cmocka_unit_test_setup_teardown(test_idle_archive_and_wake, setup_archive, teardown),
+      cmocka_unit_test_setup_teardown(test_kill9_mid_archive_old_or_new, setup_archive_no_idle, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
