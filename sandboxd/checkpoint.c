@@ -44,6 +44,8 @@ static void store_dir(struct sbxd *d, char *out, size_t cap) {
   else snprintf(out, cap, "%s/checkpoints", d->cfg->data_dir);
 }
 
+static json_t *record_of(struct sbxd *d, const char *id, char *dir, size_t cap);
+
 static bool valid_ck_id(const char *id) {
   if (strncmp(id, "ck_", 3) != 0 || strlen(id) != 19) return false;
   for (const char *p = id + 3; *p; p++)
@@ -142,6 +144,15 @@ static void use_drop(const char *path) {
   if (!u || --u->n > 0) return;
   if (u->doomed) rm_path(u->path);
   *u = uses[--nuses];
+}
+
+void checkpoint_use(const char *dir, bool take) {
+  if (take) use_take(dir);
+  else use_drop(dir);
+}
+
+json_t *checkpoint_record(struct sbxd *d, const char *id, char *dir, size_t cap) {
+  return valid_ck_id(id) ? record_of(d, id, dir, cap) : NULL;
 }
 
 /* Remove dir now, or when its last branch has its own copy. */

@@ -209,6 +209,8 @@ void h_checkpoint_create(struct sbxd *d, struct http_req *req, const char *id);
 void h_checkpoint_list(struct sbxd *d, struct http_req *req);
 void h_checkpoint_delete(struct sbxd *d, struct http_req *req, const char *id);
 void h_checkpoint_claim(struct sbxd *d, struct http_req *req, const char *id);
+/* blob.c: GET (root) streams the record as tar for peers, HEAD probes (§4.17). */
+void h_checkpoint_blob(struct sbxd *d, struct http_req *req, const char *id, bool head);
 /* TTL sweep; at startup also removes exports that never committed. */
 void checkpoint_sweep(struct sbxd *d, bool startup);
 void h_promote(struct sbxd *d, struct http_req *req, const char *id);

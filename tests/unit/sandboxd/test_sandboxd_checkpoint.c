@@ -328,6 +328,57 @@ static void test_kill9_mid_promote_old_or_new(void **state) {
   sh(&a, "echo alive", "alive\n");
 }
 
+/* §4.17: the record as tar (meta.json, export/..., .record-complete last)
+ * to root only; HEAD probes without a bearer. */
+static void test_blob_streams_the_record(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  struct sbxd_claim a;
+  claim_as(ROOT, "host", &a, NULL);
+  sh(&a, "mkdir -p /root/deep/er && echo blob-kept > /root/deep/er/f && ln -s f /root/deep/er/l", NULL);
+  char ck[40], path[128];
+  checkpoint(ROOT, &a, "for-peers", ck, sizeof ck);
+  snprintf(path, sizeof path, "/v1/checkpoints/%s/blob", ck);
+  struct http_resp r;
+  assert_int_equal(sbxd_http(P.port, "GET", path, NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 401);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_http(P.port, "HEAD", path, NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 200);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_http(P.port, "HEAD", "/v1/checkpoints/ck_0123456789abcdef/blob", NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 404);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_http(P.port, "GET", "/v1/checkpoints/ck_0123456789abcdef/blob", ROOT, NULL, &r), 0);
+  assert_int_equal(r.status, 404);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_http(P.port, "GET", path, ROOT, NULL, &r), 0);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.head, "application/x-tar"));
+  char dir[320], tarf[400], cmd[4096];
+  snprintf(dir, sizeof dir, "%s/blob", P.dir);
+  snprintf(tarf, sizeof tarf, "%s/blob.tar", P.dir);
+  FILE *f = fopen(tarf, "w");
+  assert_non_null(f);
+  assert_int_equal(fwrite(r.body, 1, r.body_len, f), r.body_len);
+  fclose(f);
+  http_resp_free(&r);
+  /* the entries' order: meta.json first, the trailer last, no link */
+  snprintf(cmd, sizeof cmd, "tar -tf %s | head -1 | grep -qx meta.json && tar -tf %s | tail -1 | grep -qx .record-complete"
+           " && ! tar -tvf %s | grep -q '^l' && mkdir %s && tar -xf %s -C %s && cat %s/export/i0/u0/root/deep/er/f",
+           tarf, tarf, tarf, dir, tarf, dir, dir);
+  FILE *p = popen(cmd, "r");
+  char out[64] = "";
+  assert_non_null(fgets(out, sizeof out, p));
+  assert_int_equal(pclose(p), 0);
+  assert_string_equal(out, "blob-kept\n");
+  char meta[400];
+  snprintf(meta, sizeof meta, "%s/meta.json", dir);
+  json_t *m = json_load_file(meta, 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(m, "id")), ck);
+  json_decref(m);
+}
+
 static int teardown_full_disk(void **state) {
   int rc = teardown(state);
   umount2(small_store, MNT_DETACH);
@@ -433,6 +484,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_kill9_mid_export_leaves_no_record, setup, teardown),
       cmocka_unit_test_setup_teardown(test_promote_digest_and_claim, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill9_mid_promote_old_or_new, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_blob_streams_the_record, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_disk_leaves_no_half_record, setup_full_disk, teardown_full_disk),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
