@@ -302,6 +302,21 @@ static void test_fork_children_independent(void **state) {
   }
   sh(&c, "test ! -e /root/mine && echo ok", "ok\n");
   assert_int_equal(usage_count("fork"), 1);
+  /* a child's own fork (its image stacks over the shared one) and a
+   * checkpoint of it see both layers' files */
+  snprintf(body, sizeof body, "{\"count\":1,\"token\":\"%s\"}", k[1].token);
+  v = fork_req(&k[1], ROOT, body, &st);
+  assert_int_equal(st, 200);
+  struct sbxd_claim g;
+  json_t *g0 = json_array_get(json_object_get(v, "children"), 0);
+  snprintf(g.id, sizeof g.id, "%s", json_string_value(json_object_get(g0, "id")));
+  snprintf(g.token, sizeof g.token, "%s", json_string_value(json_object_get(g0, "token")));
+  json_decref(v);
+  sh(&g, "cat /root/p /root/mine", "parent\n1\n");
+  snprintf(body, sizeof body, "{\"token\":\"%s\"}", k[1].token);
+  struct http_resp cr;
+  assert_int_equal(post(&k[1], "checkpoint", ROOT, body, &cr), 200);
+  http_resp_free(&cr);
   /* claim_ref from the prefix */
   struct http_resp r;
   assert_int_equal(sbxd_http(P.port, "GET", "/v1/sandboxes?claim_ref=kid-2", ROOT, NULL, &r), 0);
@@ -324,7 +339,8 @@ static void test_fork_children_independent(void **state) {
   /* the lifecycle counters saw both forks and the hibernate */
   struct http_resp m;
   assert_int_equal(sbxd_http(P.port, "GET", "/metrics", ROOT, NULL, &m), 0);
-  assert_non_null(strstr(m.body, "sandboxd_forks_total 2\n"));
+  assert_non_null(strstr(m.body, "sandboxd_forks_total 3\n"));
+  assert_non_null(strstr(m.body, "sandboxd_checkpoints_total 1\n"));
   assert_non_null(strstr(m.body, "sandboxd_hibernates_total 1\n"));
   http_resp_free(&m);
 }
