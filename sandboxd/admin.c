@@ -150,6 +150,26 @@ static void metric_head(sbx_buf *b, const char *name, const char *type, const ch
   sbx_buf_printf(b, NULL, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* Lifecycle counters: metric, help, the usage event that counts one. */
+static const char *const lifecycle_counters[][3] = {
+    {"sandboxd_wakes_total", "Wakes completed.", "wake"},
+    {"sandboxd_hibernates_total", "Hibernates completed.", "hibernate"},
+    {"sandboxd_forks_total", "Fork requests completed.", "fork"},
+    {"sandboxd_checkpoints_total", "Checkpoints created.", "checkpoint"},
+    {"sandboxd_promotes_total", "Promotes completed.", "promote"},
+    {"sandboxd_archives_total", "Sandboxes archived.", "archive"},
+    {"sandboxd_unarchives_total", "Restores from archive.", "unarchive"},
+    {"sandboxd_archive_deletes_total", "Archives purged at retention.", "archive_delete"},
+};
+_Static_assert(sizeof lifecycle_counters / sizeof *lifecycle_counters == sizeof((struct metrics *)0)->lifecycle /
+                                                                             sizeof(uint64_t),
+               "one counter per lifecycle event");
+
+void metrics_event(struct sbxd *d, const char *ev) {
+  for (size_t i = 0; i < sizeof lifecycle_counters / sizeof *lifecycle_counters; i++)
+    if (strcmp(lifecycle_counters[i][2], ev) == 0) d->m.lifecycle[i]++;
+}
+
 void h_metrics(struct sbxd *d, struct http_req *req) {
   struct caller who;
   if (auth_node(d, req, true, &who) < 0) return;
@@ -213,17 +233,8 @@ void h_metrics(struct sbxd *d, struct http_req *req) {
                  (unsigned long long)d->m.claims_cold);
   metric_head(&b, "sandboxd_claim_seconds_total", "counter", "Sum of claim durations in seconds.");
   sbx_buf_printf(&b, NULL, "sandboxd_claim_seconds_total %.9f\n", d->m.claim_seconds);
-  static const char *const zero_counters[][2] = {
-      {"sandboxd_wake_seconds_total", "Sum of wake durations in seconds."},
-      {"sandboxd_wakes_total", "Wakes completed."},
-      {"sandboxd_hibernates_total", "Hibernates completed."},
-      {"sandboxd_forks_total", "Fork requests completed."},
-      {"sandboxd_checkpoints_total", "Checkpoints created."},
-      {"sandboxd_promotes_total", "Promotes completed."},
-      {"sandboxd_archives_total", "Sandboxes archived."},
-      {"sandboxd_unarchives_total", "Restores from archive."},
-      {"sandboxd_archive_deletes_total", "Archives purged at retention."},
-  };
+  metric_head(&b, "sandboxd_wake_seconds_total", "counter", "Sum of wake durations in seconds.");
+  sbx_buf_printf(&b, NULL, "sandboxd_wake_seconds_total %.9f\n", d->m.wake_seconds);
   metric_head(&b, "sandboxd_releases_total", "counter", "Releases.");
   sbx_buf_printf(&b, NULL, "sandboxd_releases_total %llu\n", (unsigned long long)d->m.releases);
   metric_head(&b, "sandboxd_reaps_total", "counter", "Lease expiries that destroyed a sandbox.");
@@ -238,9 +249,9 @@ void h_metrics(struct sbxd *d, struct http_req *req) {
                  (unsigned long long)http_server_upgrades(d->http, "tcp"));
   metric_head(&b, "sandboxd_relays", "gauge", "Relays open now.");
   sbx_buf_printf(&b, NULL, "sandboxd_relays %zu\n", relays_count(d));
-  for (size_t i = 0; i < sizeof zero_counters / sizeof *zero_counters; i++) {
-    metric_head(&b, zero_counters[i][0], "counter", zero_counters[i][1]);
-    sbx_buf_printf(&b, NULL, "%s 0\n", zero_counters[i][0]);
+  for (size_t i = 0; i < sizeof lifecycle_counters / sizeof *lifecycle_counters; i++) {
+    metric_head(&b, lifecycle_counters[i][0], "counter", lifecycle_counters[i][1]);
+    sbx_buf_printf(&b, NULL, "%s %llu\n", lifecycle_counters[i][0], (unsigned long long)d->m.lifecycle[i]);
   }
   http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.ptr ? b.ptr : "", b.len, NULL);
   sbx_buf_free(&b);
@@ -287,6 +298,8 @@ static void lease_from_json(const json_t *c, sbx_lease *l) {
   l->ttl = (int)json_integer_value(json_object_get(c, "ttl"));
   const char *ref = json_string_value(json_object_get(c, "claim_ref"));
   l->claim_ref = ref ? (char *)ref : NULL; /* commit copies it */
+  snprintf(l->from_checkpoint, sizeof l->from_checkpoint, "%s",
+           json_string_value(json_object_get(c, "from_checkpoint")) ?: "");
   if (json_is_true(json_object_get(c, "failed"))) {
     l->failed = true;
     snprintf(l->failed_reason, sizeof l->failed_reason, "%s",

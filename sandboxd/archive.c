@@ -65,21 +65,30 @@ static int archive_now(struct sbxd *d, sbx_lease *l, int del, sbx_error *err) {
   json_t *rec = checkpoint_export(d, l, l->tenant, "", true, ck, err);
   if (!rec) return -1;
   json_decref(rec);
+  /* Journalled before it is applied, as a claim is: a refused write leaves
+   * the sandbox hibernated (its export dropped) and the tick tries again. */
+  sbx_lease next = *l;
+  next.deadline = now_unix() + (del > 0 ? del : FOREVER_SECONDS);
+  sbx_lease ev = next;
+  ev.vm[0] = '\0'; /* the event's vm is empty once archived (§6.1) */
+  struct jmark jm;
+  if (journal_begin(d, &jm, err) < 0) goto undo;
+  if (journal_put(d, &next, err) < 0 || usage_event(d, "archive", &ev, NULL, err) < 0) {
+    journal_abort(d, &jm, err);
+    goto undo;
+  }
+  journal_commit(d);
   relays_close_for(d, l->id);
   watch_disarm(d, l); /* its pid 1 ends here on purpose */
   sbx_pool_mgr_destroy(d->pm, l->inst);
   l->inst = NULL;
-  int64_t now = now_unix();
-  l->deadline = now + (del > 0 ? del : FOREVER_SECONDS);
+  l->deadline = next.deadline;
   arch_add(l->id, ck);
-  if (journal_put(d, l, err) < 0) sbx_error_log("claims journal: %s", err->msg);
-  char vm[SBX_POOL_NAME_MAX];
-  snprintf(vm, sizeof vm, "%s", l->vm);
-  l->vm[0] = '\0'; /* the event's vm is empty once archived (§6.1) */
-  usage_note(d, "archive", l, NULL);
-  snprintf(l->vm, sizeof l->vm, "%s", vm);
   sbx_info("archived %s as %s", l->id, ck);
   return 0;
+undo:
+  checkpoint_remove(d, ck);
+  return -1;
 }
 
 void archive_tick(struct sbxd *d, int64_t idle_since_fn(const char *id)) {
@@ -115,17 +124,30 @@ int archive_wake(struct sbxd *d, sbx_lease *l, sbx_error *err) {
   struct inst *s = NULL;
   int rc = provider_restore(d->prov, &l->key, exp, PROBE_WAKE_MS, &s, err);
   if (rc < 0) return rc;
+  /* Journalled before it is applied: a refused write destroys the restored
+   * instance and the sandbox stays archived (the wake fails). */
+  sbx_lease next = *l;
+  snprintf(next.vm, sizeof next.vm, "%s", inst_name(s));
+  next.deadline = now_unix() + l->ttl; /* a fresh lease of the last granted length */
+  struct jmark jm;
+  if (journal_begin(d, &jm, err) < 0) goto undo;
+  if (journal_put(d, &next, err) < 0 || usage_event(d, "unarchive", &next, NULL, err) < 0 ||
+      usage_event(d, "wake", &next, NULL, err) < 0) {
+    journal_abort(d, &jm, err);
+    goto undo;
+  }
+  journal_commit(d);
   l->inst = s;
-  snprintf(l->vm, sizeof l->vm, "%s", inst_name(s));
+  snprintf(l->vm, sizeof l->vm, "%s", next.vm);
+  l->deadline = next.deadline;
   watch_arm(d, l);
-  l->deadline = now_unix() + l->ttl; /* a fresh lease of the last granted length */
   checkpoint_remove(d, a->ck);
   arch_del(a);
-  if (journal_put(d, l, err) < 0) sbx_error_log("claims journal: %s", err->msg);
-  usage_note(d, "unarchive", l, NULL);
-  usage_note(d, "wake", l, NULL);
   sbx_info("unarchived %s", l->id);
   return 0;
+undo:
+  sbx_pool_mgr_destroy(d->pm, s);
+  return -1;
 }
 
 void archive_forget(struct sbxd *d, const sbx_lease *l) {

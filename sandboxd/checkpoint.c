@@ -44,6 +44,8 @@ static void store_dir(struct sbxd *d, char *out, size_t cap) {
   else snprintf(out, cap, "%s/checkpoints", d->cfg->data_dir);
 }
 
+static json_t *record_of(struct sbxd *d, const char *id, char *dir, size_t cap);
+
 static bool valid_ck_id(const char *id) {
   if (strncmp(id, "ck_", 3) != 0 || strlen(id) != 19) return false;
   for (const char *p = id + 3; *p; p++)
@@ -144,6 +146,15 @@ static void use_drop(const char *path) {
   *u = uses[--nuses];
 }
 
+void checkpoint_use(const char *dir, bool take) {
+  if (take) use_take(dir);
+  else use_drop(dir);
+}
+
+json_t *checkpoint_record(struct sbxd *d, const char *id, char *dir, size_t cap) {
+  return valid_ck_id(id) ? record_of(d, id, dir, cap) : NULL;
+}
+
 /* Remove dir now, or when its last branch has its own copy. */
 void remove_when_unused(const char *dir) {
   struct use *u = use_find(dir);
@@ -184,6 +195,7 @@ static void restore_done(void *arg, bool cancelled) {
   op->proto.claimed_at = now;
   op->proto.deadline = now + op->proto.ttl;
   op->proto.claim_ref = op->claim_ref;
+  snprintf(op->proto.from_checkpoint, sizeof op->proto.from_checkpoint, "%s", op->from_checkpoint);
   sbx_error err;
   struct jmark jm;
   if (journal_begin(d, &jm, &err) < 0) {

@@ -28,6 +28,12 @@ struct restore_op {
 void restore_start(struct sbxd *d, struct http_req *req, struct restore_op *op, const struct caller *who);
 /* held stays until the restore has its own copy; then removed if doomed. */
 void remove_when_unused(const char *dir);
+/* A record's directory in use (take) or no longer (a delete meanwhile
+ * removes it at the last drop); loop thread only. */
+void checkpoint_use(const char *dir, bool take);
+/* The record of id (meta.json, archive records too) and its directory in
+ * dir; NULL for a bad or unknown id. */
+json_t *checkpoint_record(struct sbxd *d, const char *id, char *dir, size_t cap);
 
 json_t *key_obj(const sbx_pool_key *k);
 bool owns(const struct caller *who, const char *tenant); /* §2.6 */

@@ -379,6 +379,7 @@ static json_t *row(struct sbxd *d, const sbx_lease *l, bool with_token) {
   json_t *o = json_pack("{s:s,s:o,s:s,s:s,s:b}", "id", l->id, "key", key_json(&l->key), "deadline", dl,
                         "claimed_at", ca, "hibernated", lease_hibernated(d, l));
   if (l->claim_ref) json_object_set_new(o, "claim_ref", json_string(l->claim_ref));
+  if (l->from_checkpoint[0]) json_object_set_new(o, "from_checkpoint", json_string(l->from_checkpoint));
   if (lease_archived(l)) json_object_set_new(o, "archived", json_true());
   if (with_token) json_object_set_new(o, "token", json_string(l->token));
   failed_fields(o, l);

@@ -95,6 +95,7 @@ static json_t *claim_json(const sbx_lease *l) {
                         "key", key_json(&l->key), "vm", l->vm, "claimed_at", (json_int_t)l->claimed_at, "deadline",
                         (json_int_t)l->deadline, "ttl", l->ttl);
   if (l->claim_ref) json_object_set_new(o, "claim_ref", json_string(l->claim_ref));
+  if (l->from_checkpoint[0]) json_object_set_new(o, "from_checkpoint", json_string(l->from_checkpoint));
   if (l->failed)
     json_object_update_new(o, json_pack("{s:b,s:s,s:s,s:I}", "failed", 1, "failed_reason", l->failed_reason,
                                         "failed_cause", l->failed_cause, "failed_at", (json_int_t)l->failed_at));
@@ -251,6 +252,7 @@ int journal_put(struct sbxd *d, const sbx_lease *l, sbx_error *err) {
   line_fmt(&w, ",\"claimed_at\":%lld,\"deadline\":%lld,\"ttl\":%d", (long long)l->claimed_at,
            (long long)l->deadline, l->ttl);
   if (l->claim_ref) line_str(&w, ",", "claim_ref", l->claim_ref);
+  if (l->from_checkpoint[0]) line_str(&w, ",", "from_checkpoint", l->from_checkpoint);
   if (l->failed) {
     line_str(&w, ",\"failed\":true,", "failed_reason", l->failed_reason);
     line_str(&w, ",", "failed_cause", l->failed_cause);
@@ -383,6 +385,7 @@ int usage_event_children(struct sbxd *d, const char *ev, const sbx_lease *l, con
    * rotation is journal_begin's, never inside a transaction. */
   if (append_line(d->usage_fd, w.p, w.n, "usage.jsonl", err) < 0) return -1;
   d->usage_size += (int64_t)w.n;
+  metrics_event(d, ev);
   return 0;
 }
 

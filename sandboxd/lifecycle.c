@@ -20,7 +20,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,15 +69,13 @@ static int64_t idle_since(const char *id) { return idle_get(id)->last; }
 /* ---- hibernate and wake ---- */
 
 static int do_wake(struct sbxd *d, sbx_lease *l, sbx_error *err) {
-  if (lease_archived(l)) {
-    int rc = archive_wake(d, l, err);
-    if (rc == 0) idle_get(l->id)->last = now_unix();
-    return rc;
-  }
-  int rc = inst_resume(l->inst, err);
+  uint64_t t0 = sbx_now_ns();
+  bool archived = lease_archived(l);
+  int rc = archived ? archive_wake(d, l, err) : inst_resume(l->inst, err); /* archive_wake journals its events */
   if (rc < 0) return rc;
   idle_get(l->id)->last = now_unix();
-  usage_note(d, "wake", l, NULL);
+  if (!archived) usage_note(d, "wake", l, NULL);
+  d->m.wake_seconds += (double)(sbx_now_ns() - t0) / 1e9;
   sbx_debug("wake %s", l->id);
   return 0;
 }
@@ -248,6 +249,7 @@ struct fork_op {
   sbx_pool_key key;
   char tenant[SBX_POOL_NAME_MAX];
   int ttl, count, pending;
+  int fail_child; /* a test aid: this child's start fails (-1: none) */
   char *prefix;
   char image[PATH_MAX];
   struct fork_child *kids;
@@ -255,11 +257,17 @@ struct fork_op {
 
 static void fork_client_gone(void *arg) { ((struct fork_op *)arg)->client_gone = true; }
 
+/* A fork's image is a RAM image (see ram_dir): path is <ram>/img. The
+ * tmpfs is detached, not emptied: the children's binds of it keep it until
+ * the last of them is destroyed (the driver's in-place restore). */
 static void rm_image(const char *path) {
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
   if (!slash) return;
+  *slash = '\0';
+  if (umount2(dir, MNT_DETACH) < 0 && errno != EINVAL) sbx_warn("fork: detach %s: %s", dir, strerror(errno));
+  slash = strrchr(dir, '/');
   *slash = '\0';
   int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -270,6 +278,10 @@ static void rm_image(const char *path) {
 static void fork_work(void *arg) {
   struct fork_child *c = arg;
   struct fork_op *op = c->op;
+  if (c - op->kids == op->fail_child) {
+    sbx_err(&c->err, SBX_E_INTERNAL, "child %d made to fail (SANDBOXD_TEST_FORK_FAIL_CHILD)", op->fail_child);
+    return;
+  }
   provider_restore(op->d->prov, &op->key, op->image, PROBE_FORK_MS, &c->inst, &c->err);
 }
 
@@ -422,13 +434,21 @@ static int reserve_all(struct sbxd *d, const char *tenant, int count, sbx_error 
   return 0;
 }
 
+/* <data_dir>/images/<kind>-<hex>, a fresh tmpfs, and in out the image
+ * directory inside it (written by the snapshot): children of a fork stack
+ * it in place instead of copying it from disk. Without a tmpfs (no mount
+ * right) it is a plain directory, which the children copy as before. */
 static int new_image_path(struct sbxd *d, const char *kind, char *out, size_t cap, sbx_error *err) {
-  char dir[PATH_MAX], hex[17];
+  char dir[PATH_MAX], ram[PATH_MAX], hex[17];
   if (sbxi_path_fmt(dir, sizeof dir, err, "%s/images", d->cfg->data_dir) < 0) return -1;
   if (mkdir(dir, 0700) < 0 && errno != EEXIST) return sbx_err_os(err, errno, "mkdir %s", dir);
   int rc = sbxi_random_hex(hex, 8, err);
   if (rc < 0) return rc;
-  return sbxi_path_fmt(out, cap, err, "%s/%s-%s", dir, kind, hex);
+  if (sbxi_path_fmt(ram, sizeof ram, err, "%s/%s-%s", dir, kind, hex) < 0) return -1;
+  if (mkdir(ram, 0700) < 0) return sbx_err_os(err, errno, "mkdir %s", ram);
+  if (mount("tmpfs", ram, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") < 0)
+    sbx_debug("fork: no tmpfs for %s (%s): the image goes to disk", ram, strerror(errno));
+  return sbxi_path_fmt(out, cap, err, "%s/img", ram);
 }
 
 void h_fork(struct sbxd *d, struct http_req *req, const char *id) {
@@ -475,9 +495,14 @@ void h_fork(struct sbxd *d, struct http_req *req, const char *id) {
   snprintf(op->parent, sizeof op->parent, "%s", l->id);
   snprintf(op->tenant, sizeof op->tenant, "%s", l->tenant);
   op->kids = sbx_calloc((size_t)count, sizeof *op->kids);
+  /* Not an API: lets a test make one child fail deterministically to see
+   * every other child rolled back (§5.8 step 4). */
+  const char *fail = getenv("SANDBOXD_TEST_FORK_FAIL_CHILD");
+  op->fail_child = fail && *fail ? atoi(fail) : -1;
   /* The parent's part: its image, taken on this thread (a hibernated
    * parent stays frozen and is not woken, §5.8 step 2). */
   if (new_image_path(d, "fork", op->image, sizeof op->image, &err) < 0 || inst_snapshot(l->inst, op->image, &err) < 0) {
+    if (op->image[0]) rm_image(op->image);
     op->pending = 0;
     fork_fail(op, err.msg);
     sbx_free(op->kids);
@@ -499,6 +524,13 @@ void lifecycle_recover(struct sbxd *d) {
   /* A fork's image lives only while its children start; one left by a
    * killed daemon has no user (its children were never journalled and
    * reconcile destroyed them). */
+  char imgs[PATH_MAX], img[PATH_MAX];
+  DIR *dir = sbxi_path_fmt(imgs, sizeof imgs, NULL, "%s/images", d->cfg->data_dir) == 0 ? opendir(imgs) : NULL;
+  struct dirent *de;
+  while (dir && (de = readdir(dir)))
+    if (de->d_name[0] != '.' && sbxi_path_fmt(img, sizeof img, NULL, "%s/%s/img", imgs, de->d_name) == 0)
+      rm_image(img); /* detaches its tmpfs */
+  if (dir) closedir(dir);
   sbxi_rm_rf_at(d->data_fd, "images", NULL);
   checkpoint_sweep(d, true);
   promote_sweep(d);

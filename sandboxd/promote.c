@@ -349,6 +349,7 @@ void promote_sweep(struct sbxd *d) {
       if (sbxi_path_fmt(gdir, sizeof gdir, NULL, "%s/%s", tdir, ge->d_name) == 0) rm_path(gdir);
     }
     if (g) closedir(g);
+    if (!gen) rmdir(tdir); /* a first promote cut short: nothing left of it */
     json_decref(m);
   }
   if (dir) closedir(dir);

@@ -117,7 +117,8 @@ static void route_checkpoint(struct sbxd *d, struct http_req *req, const char *r
     if (method_is(req, "POST")) h_checkpoint_claim(d, req, id);
     else bad_method(req);
   } else if (strcmp(slash, "/blob") == 0) {
-    not_implemented(req, "checkpoint blob transfer (cluster heal)");
+    if (method_is(req, "GET") || method_is(req, "HEAD")) h_checkpoint_blob(d, req, id, method_is(req, "HEAD"));
+    else bad_method(req);
   } else {
     reply_error(req, 404, "not found");
   }

@@ -27,6 +27,8 @@ struct metrics {
   double claim_seconds;
   uint64_t releases, reaps;
   uint64_t journal_errors; /* journal writes that failed (journal.c) */
+  uint64_t lifecycle[8];   /* transitions by usage event, in admin.c's order */
+  double wake_seconds;
 };
 
 struct relay;
@@ -165,6 +167,9 @@ void h_drain(struct sbxd *d, struct http_req *req, bool on);
 void h_peers(struct sbxd *d, struct http_req *req);
 void h_volumes(struct sbxd *d, struct http_req *req);
 void h_metrics(struct sbxd *d, struct http_req *req);
+/* Counts a lifecycle transition for /metrics by its usage event name
+ * (journal.c calls it for each event written). */
+void metrics_event(struct sbxd *d, const char *ev);
 json_t *node_info(struct sbxd *d);
 int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err); /* takes p */
 int recover(struct sbxd *d, sbx_error *err);
@@ -204,6 +209,8 @@ void h_checkpoint_create(struct sbxd *d, struct http_req *req, const char *id);
 void h_checkpoint_list(struct sbxd *d, struct http_req *req);
 void h_checkpoint_delete(struct sbxd *d, struct http_req *req, const char *id);
 void h_checkpoint_claim(struct sbxd *d, struct http_req *req, const char *id);
+/* blob.c: GET (root) streams the record as tar for peers, HEAD probes (§4.17). */
+void h_checkpoint_blob(struct sbxd *d, struct http_req *req, const char *id, bool head);
 /* TTL sweep; at startup also removes exports that never committed. */
 void checkpoint_sweep(struct sbxd *d, bool startup);
 void h_promote(struct sbxd *d, struct http_req *req, const char *id);

@@ -166,6 +166,7 @@ typedef struct sbx_lease {
   char token[SBX_LEASE_TOKEN_LEN + 1];
   char tenant[SBX_POOL_NAME_MAX]; /* "" = root */
   char *claim_ref;                /* owned; NULL = none */
+  char from_checkpoint[24];       /* the checkpoint it was branched from; "" = none */
   sbx_pool_key key;
   char vm[SBX_POOL_NAME_MAX];     /* the instance's name at the driver */
   int64_t claimed_at; /* unix seconds */

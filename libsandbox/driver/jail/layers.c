@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/mount.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -31,6 +32,7 @@
 
 #include <sandbox/core.h>
 
+#include "core/path.h"
 #include "jail.h"
 
 /* Image layers stacked per mount point before they are flattened. */
@@ -422,10 +424,16 @@ int jail_snapshot(sbx_instance *s, const char *dir, sbx_error *err) {
 }
 
 /* A restored sandbox runs on its own hard-linked copy of the image's
- * layers, <run_dir>/.images/<id>: the image (a fork's transient one, a
- * checkpoint) can then be deleted while the sandbox runs, and the copy goes
- * with the sandbox (destroy, reconcile). Linking costs a directory walk,
- * no file data. */
+ * layers, <run_dir>/.images/<id>: the image (a checkpoint) can then be
+ * deleted while the sandbox runs, and the copy goes with the sandbox
+ * (destroy, reconcile). Linking costs a directory walk, no file data.
+ *
+ * A RAM image (see ram_image) is not copied: <run_dir>/.images/<id>/m is a
+ * read-only bind of it, and the sandbox's overlay stacks it in place. Its
+ * owner detaches the image's tmpfs instead of deleting files; the kernel
+ * keeps the tmpfs while any bind or overlay still holds it, so it goes
+ * with its last sandbox, crash or not. Overlay never writes a lower layer,
+ * so siblings share it safely; each has its own empty writable layer. */
 static int images_dirfd(jail_driver *jd, sbx_error *err) {
   if (mkdirat(jd->run_dirfd, ".images", 0700) < 0 && errno != EEXIST)
     return sbx_err_os(err, errno, "mkdir %s/.images", jd->run_dir);
@@ -433,10 +441,21 @@ static int images_dirfd(jail_driver *jd, sbx_error *err) {
   return fd < 0 ? sbx_err_os(err, errno, "open %s/.images", jd->run_dir) : fd;
 }
 
+/* Removes <run_dir>/.images/<id>, detaching its bind first: the removal
+ * never crosses a mount (sbxi_rm_rf_at refuses to), so a bind left
+ * mounted would only leak, never delete the shared image's files. */
+static void image_remove(jail_driver *jd, int imgs_fd, const char *id) {
+  char m[PATH_MAX];
+  if (sbxi_path_fmt(m, sizeof m, NULL, "%s/.images/%s/m", jd->run_dir, id) == 0 && umount2(m, MNT_DETACH) < 0 &&
+      errno != EINVAL && errno != ENOENT)
+    sbx_warn("jail: detach %s: %s", m, strerror(errno));
+  sbxi_rm_rf_at(imgs_fd, id, NULL);
+}
+
 void jail_image_drop(jail_driver *jd, const char *id) {
   int fd = openat(jd->run_dirfd, ".images", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
-  sbxi_rm_rf_at(fd, id, NULL);
+  image_remove(jd, fd, id);
   close(fd);
 }
 
@@ -452,9 +471,53 @@ void jail_images_sweep(jail_driver *jd) {
   while ((de = readdir(d)) != NULL) {
     struct stat st;
     if (de->d_name[0] == '.' || fstatat(jd->run_dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) continue;
-    sbxi_rm_rf_at(dirfd(d), de->d_name, NULL); /* its sandbox is gone */
+    image_remove(jd, dirfd(d), de->d_name); /* its sandbox is gone */
   }
   closedir(d);
+}
+
+/* A RAM image: written on a tmpfs mounted at the image directory's parent
+ * (a fork's transient image in sandboxd). Only such an image is used in
+ * place: a checkpoint on disk may be deleted while its branches run. */
+static bool ram_image(const char *dir) {
+  char parent[PATH_MAX], up[PATH_MAX];
+  struct statfs sf;
+  struct stat a, b;
+  if (statfs(dir, &sf) < 0 || sf.f_type != TMPFS_MAGIC) return false;
+  if (sbxi_path_fmt(parent, sizeof parent, NULL, "%s/..", dir) < 0 ||
+      sbxi_path_fmt(up, sizeof up, NULL, "%s/../..", dir) < 0)
+    return false;
+  return stat(parent, &a) == 0 && stat(up, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+/* <run_dir>/.images/<id>/m: a read-only bind of the RAM image dir; the
+ * manifest's image layers are renamed to lie under it. */
+static int bind_image(jail_driver *jd, const char *id, const char *dir, manifest *m, sbx_error *err) {
+  int ifd = images_dirfd(jd, err);
+  if (ifd < 0) return ifd;
+  image_remove(jd, ifd, id); /* a stale copy of an earlier sandbox of this id */
+  char at[PATH_MAX];
+  int rc = sbxi_path_fmt(at, sizeof at, err, "%s/.images/%s/m", jd->run_dir, id);
+  if (rc == 0 && (mkdirat(ifd, id, 0700) < 0 || mkdir(at, 0700) < 0))
+    rc = sbx_err_os(err, errno, "mkdir %s", at);
+  close(ifd);
+  if (rc == 0 && mount(dir, at, NULL, MS_BIND, NULL) < 0) rc = sbx_err_os(err, errno, "bind %s", dir);
+  if (rc == 0 && mount(NULL, at, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+    rc = sbx_err_os(err, errno, "read-only %s", at);
+  size_t dl = strlen(dir);
+  for (size_t i = 0; rc == 0 && i < m->layers.npoints; i++) {
+    sbx_layer_point *pt = &m->layers.pts[i];
+    for (size_t j = 0; rc == 0 && j < pt->nlowers; j++) {
+      if (!m->image[i][j] || strncmp(pt->lowers[j], dir, dl) != 0 || pt->lowers[j][dl] != '/') continue;
+      char path[PATH_MAX];
+      rc = sbxi_path_fmt(path, sizeof path, err, "%s%s", at, pt->lowers[j] + dl);
+      if (rc < 0) break;
+      sbx_free(pt->lowers[j]);
+      pt->lowers[j] = sbx_strdup(path);
+    }
+  }
+  if (rc < 0) jail_image_drop(jd, id);
+  return rc;
 }
 
 static int link_image(jail_driver *jd, const char *id, manifest *m, sbx_error *err) {
@@ -511,7 +574,7 @@ int jail_restore(sbx_driver *d, const char *dir, const sbx_clone_spec *spec, sbx
     for (size_t j = 0; rc == 0 && j < m.layers.pts[i].nlowers; j++)
       if (access(m.layers.pts[i].lowers[j], F_OK) != 0)
         rc = sbx_err(err, SBX_E_NOTFOUND, "image %s: layer %s is gone", dir, m.layers.pts[i].lowers[j]);
-  if (rc == 0) rc = link_image(jd, spec->id, &m, err);
+  if (rc == 0) rc = ram_image(dir) ? bind_image(jd, spec->id, dir, &m, err) : link_image(jd, spec->id, &m, err);
   if (rc == 0) {
     rc = jail_start(jd, &m.layers, spec, NULL, out, err);
     if (rc < 0) jail_image_drop(jd, spec->id);

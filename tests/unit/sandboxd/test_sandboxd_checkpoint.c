@@ -117,6 +117,12 @@ static void branch(const char *node, const char *ck, struct sbxd_claim *c) {
   snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(v, "id")));
   snprintf(c->token, sizeof c->token, "%s", json_string_value(json_object_get(v, "token")));
   json_decref(v);
+  /* its row says where it came from (SandboxRow.from_checkpoint) */
+  snprintf(path, sizeof path, "/v1/sandboxes/%s", c->id);
+  v = call("GET", path, ROOT, NULL, &st);
+  assert_int_equal(st, 200);
+  assert_string_equal(json_string_value(json_object_get(v, "from_checkpoint")), ck);
+  json_decref(v);
 }
 
 static size_t list_count(const char *token) {
@@ -260,6 +266,119 @@ static void test_kill9_mid_export_leaves_no_record(void **state) {
   sh(&a, "echo alive", "alive\n"); /* the source was thawed by the restart's adoption or never frozen */
 }
 
+/* Entries of dir not starting with '.'; with only_dirs, directories only. */
+static int entries(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) n += de->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
+/* kill -9 while a promote writes its generation: after the restart the
+ * template either does not exist (no pointer, no generation left) or is
+ * whole (its pointer names the one generation left); the source lives. */
+static void test_kill9_mid_promote_old_or_new(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  struct sbxd_claim a;
+  claim_as(ROOT, "host", &a, NULL);
+  sh(&a, "mkdir /root/many && cd /root/many && for i in $(seq 1 3000); do echo $i > f$i; done; "
+         "dd if=/dev/urandom of=/root/big bs=1M count=64 2>/dev/null",
+     NULL);
+  int fd = sbxd_connect(P.port);
+  char req[512], body[128];
+  int bl = snprintf(body, sizeof body, "{\"token\":\"%s\",\"template\":\"half\"}", a.token);
+  int n = snprintf(req, sizeof req,
+                   "POST /v1/sandboxes/%s/promote HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " ROOT
+                   "\r\nContent-Length: %d\r\n\r\n%s",
+                   a.id, bl, body);
+  assert_int_equal(write_all_fd(fd, req, (size_t)n), 0);
+  char root[320], tdir[640] = "";
+  snprintf(root, sizeof root, "%s/data/promoted", P.dir);
+  for (int i = 0; i < 5000 && !tdir[0]; i++) { /* until a generation directory exists */
+    DIR *d = opendir(root);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+      if (strncmp(de->d_name, "tp_", 3) == 0) {
+        snprintf(tdir, sizeof tdir, "%s/%s", root, de->d_name);
+        if (entries(tdir) == 0) tdir[0] = '\0';
+      }
+    if (d) closedir(d);
+    if (!tdir[0]) usleep(500);
+  }
+  assert_true(tdir[0]);
+  assert_int_equal(sbxd_stop(&P, SIGKILL), 128 + SIGKILL);
+  close(fd);
+  assert_int_equal(sbxd_start(&P), 0);
+  char meta[700];
+  snprintf(meta, sizeof meta, "%s/meta.json", tdir);
+  json_t *m = json_load_file(meta, 0, NULL);
+  if (m) { /* new: the pointer and its generation, nothing else */
+    char gen[720];
+    snprintf(gen, sizeof gen, "%s/%s", tdir, json_string_value(json_object_get(m, "gen")));
+    assert_int_equal(access(gen, F_OK), 0);
+    assert_int_equal(entries(tdir), 2);
+    json_decref(m);
+  } else { /* old: no generation is left behind */
+    assert_int_equal(access(tdir, F_OK) == 0 ? entries(tdir) : 0, 0);
+  }
+  assert_int_equal(sbxd_count_sandboxes(&P), 1);
+  sh(&a, "echo alive", "alive\n");
+}
+
+/* §4.17: the record as tar (meta.json, export/..., .record-complete last)
+ * to root only; HEAD probes without a bearer. */
+static void test_blob_streams_the_record(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  struct sbxd_claim a;
+  claim_as(ROOT, "host", &a, NULL);
+  sh(&a, "mkdir -p /root/deep/er && echo blob-kept > /root/deep/er/f && ln -s f /root/deep/er/l", NULL);
+  char ck[40], path[128];
+  checkpoint(ROOT, &a, "for-peers", ck, sizeof ck);
+  snprintf(path, sizeof path, "/v1/checkpoints/%s/blob", ck);
+  struct http_resp r;
+  assert_int_equal(sbxd_http(P.port, "GET", path, NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 401);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_http(P.port, "HEAD", path, NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 200);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_http(P.port, "HEAD", "/v1/checkpoints/ck_0123456789abcdef/blob", NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 404);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_http(P.port, "GET", "/v1/checkpoints/ck_0123456789abcdef/blob", ROOT, NULL, &r), 0);
+  assert_int_equal(r.status, 404);
+  http_resp_free(&r);
+  assert_int_equal(sbxd_http(P.port, "GET", path, ROOT, NULL, &r), 0);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.head, "application/x-tar"));
+  char dir[320], tarf[400], cmd[4096];
+  snprintf(dir, sizeof dir, "%s/blob", P.dir);
+  snprintf(tarf, sizeof tarf, "%s/blob.tar", P.dir);
+  FILE *f = fopen(tarf, "w");
+  assert_non_null(f);
+  assert_int_equal(fwrite(r.body, 1, r.body_len, f), r.body_len);
+  fclose(f);
+  http_resp_free(&r);
+  /* the entries' order: meta.json first, the trailer last, no link */
+  snprintf(cmd, sizeof cmd, "tar -tf %s | head -1 | grep -qx meta.json && tar -tf %s | tail -1 | grep -qx .record-complete"
+           " && ! tar -tvf %s | grep -q '^l' && mkdir %s && tar -xf %s -C %s && cat %s/export/i0/u0/root/deep/er/f",
+           tarf, tarf, tarf, dir, tarf, dir, dir);
+  FILE *p = popen(cmd, "r");
+  char out[64] = "";
+  assert_non_null(fgets(out, sizeof out, p));
+  assert_int_equal(pclose(p), 0);
+  assert_string_equal(out, "blob-kept\n");
+  char meta[400];
+  snprintf(meta, sizeof meta, "%s/meta.json", dir);
+  json_t *m = json_load_file(meta, 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(m, "id")), ck);
+  json_decref(m);
+}
+
 static int teardown_full_disk(void **state) {
   int rc = teardown(state);
   umount2(small_store, MNT_DETACH);
@@ -364,6 +483,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_damaged_record_and_ttl, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill9_mid_export_leaves_no_record, setup, teardown),
       cmocka_unit_test_setup_teardown(test_promote_digest_and_claim, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kill9_mid_promote_old_or_new, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_blob_streams_the_record, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_disk_leaves_no_half_record, setup_full_disk, teardown_full_disk),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

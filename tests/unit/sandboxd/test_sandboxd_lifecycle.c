@@ -22,16 +22,20 @@ static const char *extra = "";
 static struct sbxd_proc P;
 static const char *skip_reason;
 
-static int start_with_idle(int idle) {
-  char cfg[1024], *at;
-  snprintf(cfg, sizeof cfg, "%s", CONFIG);
+static void config_with(int idle, char *cfg, size_t cap) {
+  char *at, rest[512];
+  snprintf(cfg, cap, "%s", CONFIG);
   at = strstr(cfg, "@IDLE@");
-  char rest[512];
   snprintf(rest, sizeof rest, "%s", at + 6);
-  snprintf(at, sizeof cfg - (size_t)(at - cfg), "%d%s", idle, rest);
+  snprintf(at, cap - (size_t)(at - cfg), "%d%s", idle, rest);
   at = strstr(cfg, "@EXTRA@");
   snprintf(rest, sizeof rest, "%s", at + 7);
-  snprintf(at, sizeof cfg - (size_t)(at - cfg), "%s%s", extra, rest);
+  snprintf(at, cap - (size_t)(at - cfg), "%s%s", extra, rest);
+}
+
+static int start_with_idle(int idle) {
+  char cfg[1024];
+  config_with(idle, cfg, sizeof cfg);
   sbxd_prepare(&P, cfg);
   return sbxd_start(&P);
 }
@@ -298,6 +302,21 @@ static void test_fork_children_independent(void **state) {
   }
   sh(&c, "test ! -e /root/mine && echo ok", "ok\n");
   assert_int_equal(usage_count("fork"), 1);
+  /* a child's own fork (its image stacks over the shared one) and a
+   * checkpoint of it see both layers' files */
+  snprintf(body, sizeof body, "{\"count\":1,\"token\":\"%s\"}", k[1].token);
+  v = fork_req(&k[1], ROOT, body, &st);
+  assert_int_equal(st, 200);
+  struct sbxd_claim g;
+  json_t *g0 = json_array_get(json_object_get(v, "children"), 0);
+  snprintf(g.id, sizeof g.id, "%s", json_string_value(json_object_get(g0, "id")));
+  snprintf(g.token, sizeof g.token, "%s", json_string_value(json_object_get(g0, "token")));
+  json_decref(v);
+  sh(&g, "cat /root/p /root/mine", "parent\n1\n");
+  snprintf(body, sizeof body, "{\"token\":\"%s\"}", k[1].token);
+  struct http_resp cr;
+  assert_int_equal(post(&k[1], "checkpoint", ROOT, body, &cr), 200);
+  http_resp_free(&cr);
   /* claim_ref from the prefix */
   struct http_resp r;
   assert_int_equal(sbxd_http(P.port, "GET", "/v1/sandboxes?claim_ref=kid-2", ROOT, NULL, &r), 0);
@@ -317,6 +336,86 @@ static void test_fork_children_independent(void **state) {
   while (d && (de = readdir(d))) left += de->d_name[0] != '.';
   if (d) closedir(d);
   assert_int_equal(left, 0);
+  /* the lifecycle counters saw both forks and the hibernate */
+  struct http_resp m;
+  assert_int_equal(sbxd_http(P.port, "GET", "/metrics", ROOT, NULL, &m), 0);
+  assert_non_null(strstr(m.body, "sandboxd_forks_total 3\n"));
+  assert_non_null(strstr(m.body, "sandboxd_checkpoints_total 1\n"));
+  assert_non_null(strstr(m.body, "sandboxd_hibernates_total 1\n"));
+  http_resp_free(&m);
+}
+
+/* Mounts of this daemon's data directory seen from the host. */
+static int host_mounts(void) {
+  FILE *f = fopen("/proc/self/mountinfo", "r");
+  char line[4096];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) n += strstr(line, P.dir) != NULL;
+  if (f) fclose(f);
+  return n;
+}
+
+static int child_cgroups(void) {
+  char cg[320];
+  snprintf(cg, sizeof cg, "/sys/fs/cgroup/freezer/%s", P.cgroup);
+  DIR *d = opendir(cg);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    if (de->d_type == DT_DIR && de->d_name[0] != '.') n++;
+  if (d) closedir(d);
+  return n;
+}
+
+static int setup_fail_child(void **state) {
+  setenv("SANDBOXD_TEST_FORK_FAIL_CHILD", "2", 1); /* the daemon's test aid */
+  int rc = setup(state);
+  unsetenv("SANDBOXD_TEST_FORK_FAIL_CHILD");
+  return rc;
+}
+
+/* §5.8 step 4: one child of four fails to start, so none is kept: no
+ * lease, sandbox, cgroup, mount or image copy is left, the caller gets a
+ * 500, and the parent runs on. */
+static void test_fork_failing_child_rolls_back_all(void **state) {
+  SKIP_IF_NEEDED();
+  struct sbxd_claim c;
+  claim(&c);
+  sh(&c, "echo parent > /root/p", NULL);
+  int mounts = host_mounts();
+  int st;
+  json_decref(fork_req(&c, ROOT, "{\"count\":4}", &st));
+  assert_int_equal(st, 500);
+  /* the started children are destroyed on workers after the answer */
+  for (int i = 0; i < 1000 && (sbxd_count_sandboxes(&P) != 1 || child_cgroups() != 1); i++) usleep(10000);
+  assert_int_equal(sbxd_count_sandboxes(&P), 1);
+  assert_int_equal(child_cgroups(), 1);
+  assert_int_equal(host_mounts(), mounts);
+  assert_int_equal(usage_count("fork"), 0);
+  struct http_resp r;
+  assert_int_equal(sbxd_http(P.port, "GET", "/v1/sandboxes", ROOT, NULL, &r), 0);
+  json_t *rows = json_loads(r.body, 0, NULL);
+  http_resp_free(&r);
+  json_t *arr = json_is_array(rows) ? rows : json_object_get(rows, "sandboxes");
+  assert_int_equal(json_array_size(arr), 1);
+  json_decref(rows);
+  char path[320];
+  snprintf(path, sizeof path, "%s/data/run/.images", P.dir);
+  DIR *d = opendir(path);
+  int left = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    if (de->d_name[0] != '.') left++;
+  if (d) closedir(d);
+  assert_int_equal(left, 0);
+  snprintf(path, sizeof path, "%s/data/images", P.dir);
+  d = opendir(path);
+  left = 0;
+  while (d && (de = readdir(d)))
+    if (de->d_name[0] != '.') left++;
+  if (d) closedir(d);
+  assert_int_equal(left, 0);
+  sh(&c, "cat /root/p", "parent\n");
 }
 
 static void test_kill9_keeps_hibernated_and_fork_leaves_nothing(void **state) {
@@ -435,15 +534,76 @@ static void test_idle_archive_and_wake(void **state) {
   assert_int_equal(post_status(&c, "renew", c.token, "{}"), 200);
 }
 
+static int setup_archive_no_idle(void **state) {
+  extra = ",\"archive_after_seconds\":1";
+  int rc = setup(state);
+  extra = "";
+  return rc;
+}
+
+/* kill -9 while the archive tier exports a hibernated sandbox: after the
+ * restart (archiving now off, so nothing moves on) it is archived (no
+ * instance, one record) or hibernated (its instance, no record), and a
+ * use brings back its files with nothing left over. */
+static void test_kill9_mid_archive_old_or_new(void **state) {
+  SKIP_IF_NEEDED();
+  struct sbxd_claim c;
+  claim(&c);
+  sh(&c, "mkdir /root/many && cd /root/many && for i in $(seq 1 3000); do echo $i > f$i; done; "
+         "dd if=/dev/urandom of=/root/big bs=1M count=64 2>/dev/null; echo kept > /root/kept",
+     NULL);
+  assert_int_equal(post_status(&c, "hibernate", c.token, NULL), 204);
+  char store[320];
+  snprintf(store, sizeof store, "%s/data/checkpoints", P.dir);
+  bool seen = false;
+  for (int i = 0; i < 20000 && !seen; i++) { /* the tick runs every 5 s */
+    DIR *d = opendir(store);
+    struct dirent *de;
+    while (d && (de = readdir(d))) seen |= strncmp(de->d_name, "ck_", 3) == 0;
+    if (d) closedir(d);
+    if (!seen) usleep(500);
+  }
+  assert_true(seen);
+  assert_int_equal(sbxd_stop(&P, SIGKILL), 128 + SIGKILL);
+  char cfg[1024];
+  config_with(0, cfg, sizeof cfg); /* archive_after_seconds off from here */
+  sbxd_write_config(&P, cfg);
+  assert_int_equal(sbxd_start(&P), 0);
+  DIR *d = opendir(store);
+  int records = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) records += de->d_name[0] != '.';
+  if (d) closedir(d);
+  if (archived(&c, NULL, 0)) {
+    assert_int_equal(sbxd_count_sandboxes(&P), 0);
+    assert_int_equal(records, 1);
+  } else {
+    assert_true(hibernated(&c));
+    assert_int_equal(sbxd_count_sandboxes(&P), 1);
+    assert_int_equal(records, 0);
+  }
+  sh(&c, "cat /root/kept", "kept\n");
+  assert_false(archived(&c, NULL, 0));
+  assert_int_equal(sbxd_count_sandboxes(&P), 1);
+  assert_int_equal(child_cgroups(), 1);
+  d = opendir(store);
+  records = 0;
+  while (d && (de = readdir(d))) records += de->d_name[0] != '.';
+  if (d) closedir(d);
+  assert_int_equal(records, 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_hibernate_freezes_and_exec_wakes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_dial_wakes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fork_children_independent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fork_failing_child_rolls_back_all, setup_fail_child, teardown),
       cmocka_unit_test_setup_teardown(test_kill9_keeps_hibernated_and_fork_leaves_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_auto_hibernate, setup_idle, teardown),
       cmocka_unit_test_setup_teardown(test_idle_archive_and_wake, setup_archive, teardown),
+      cmocka_unit_test_setup_teardown(test_kill9_mid_archive_old_or_new, setup_archive_no_idle, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
