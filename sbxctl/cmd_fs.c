@@ -161,7 +161,7 @@ int cmd_put(rctx *r, int argc, char **argv) {
     if (c == 'm') {
       char *end;
       long v = strtol(optarg, &end, 8);
-      if (end == optarg || *end || v < 0 || v > 07777) return rusage("put");
+      if (end == optarg || *end || v < 0 || v > 07777) return rbadopt("put", "--mode", "an octal mode (0-7777)", optarg);
       mode = (int)v;
     } else if ((rc = common_opt(r, c, "put")) >= 0) {
       return rc;

@@ -30,7 +30,7 @@ int cmd_claim(rctx *r, int argc, char **argv) {
     case 'n': co.net = optarg; break;
     case 'r': co.claim_ref = optarg; break;
     case 't':
-      if (parse_i64(optarg, &co.ttl_seconds) < 0) return rusage("claim");
+      if (parse_i64(optarg, &co.ttl_seconds) < 0) return rbadopt("claim", "--ttl", "seconds", optarg);
       break;
     default:
       if ((rc = common_opt(r, c, "claim")) >= 0) return rc;
@@ -97,7 +97,7 @@ int cmd_renew(rctx *r, int argc, char **argv) {
   int c, rc;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 't') {
-      if (parse_i64(optarg, &ttl) < 0) return rusage("renew");
+      if (parse_i64(optarg, &ttl) < 0) return rbadopt("renew", "--ttl", "seconds", optarg);
     } else if ((rc = common_opt(r, c, "renew")) >= 0) {
       return rc;
     }

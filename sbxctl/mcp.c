@@ -26,6 +26,7 @@
 
 #define PROTO_LATEST "2025-06-18"
 #define PROTO_PREVIOUS "2025-03-26"
+#define PROTO_OLDEST "2024-11-05"
 #define MAX_INFLIGHT 32
 #define SHUTDOWN_WAIT_MS 60000 /* for calls still running after the release */
 
@@ -283,7 +284,12 @@ static void initialize(mcp_server *srv, json_t *id, json_t *params) {
     send_error(srv, id, MCP_RPC_PARAMS, "Invalid params: initialize needs a string \"protocolVersion\"");
     return;
   }
-  const char *ver = strcmp(want, PROTO_PREVIOUS) == 0 ? PROTO_PREVIOUS : PROTO_LATEST;
+  /* the spec's negotiation: the client's version when we speak it, else
+   * our latest (the client then decides whether to go on) */
+  static const char *const known[] = {PROTO_LATEST, PROTO_PREVIOUS, PROTO_OLDEST};
+  const char *ver = PROTO_LATEST;
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (strcmp(want, known[i]) == 0) ver = known[i];
   json_t *ci = json_object_get(params, "clientInfo");
   fprintf(stderr, "sbxctl mcp: initialize from %s %s, protocol %s (asked %s)\n",
           json_string_value(json_object_get(ci, "name")) ?: "?",

@@ -201,6 +201,25 @@ int mcp_kill(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *er
   json_t *sig = json_object_get(a, "signal");
   int signo = sig ? (int)json_integer_value(sig) : 9;
   uint32_t pid = (uint32_t)json_integer_value(json_object_get(a, "pid"));
+  /* silkd accepts a kill of a pid it still tracks after the exit (and
+   * signals nothing): ask first, so the agent learns nothing was sent */
+  sbx_wire_resp resp;
+  if ((rc = sbx_sandbox_ps(s, &resp, err)) < 0) {
+    mcp_explain("kill in", sbx_sandbox_id(s), err);
+    return rc;
+  }
+  const char *why = "no such pid";
+  bool running = false;
+  for (size_t i = 0; i < resp.u.procs.len; i++) {
+    if (resp.u.procs.items[i].pid != pid) continue;
+    running = resp.u.procs.items[i].state == SBX_PROC_RUNNING;
+    why = "the process has already exited";
+  }
+  sbx_wire_resp_free(&resp);
+  if (!running) {
+    *out = json_pack("{s:I,s:i,s:b,s:s}", "pid", (json_int_t)pid, "signal", signo, "sent", 0, "reason", why);
+    return 0;
+  }
   rc = sbx_sandbox_kill(s, pid, signo, err);
   if (rc < 0) mcp_explain("kill in", sbx_sandbox_id(s), err);
   else *out = json_pack("{s:I,s:i,s:b}", "pid", (json_int_t)pid, "signal", signo, "sent", 1);

@@ -39,6 +39,13 @@ extern const rcmd sbxctl_cmds[];
 /* Print "sbxctl: <msg>" (one line) and return EXIT_FAIL. */
 int rfail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int rfail_err(const char *what, const sbx_error *err);
+/* "sbxctl: --ttl: expected seconds, got "abc"" then the usage: EXIT_USAGE. */
+int rbadopt(const char *cmd, const char *opt, const char *expected, const char *got);
+/* Whether exec's single argument is a shell command line (has a space or
+ * shell syntax) to run with sh -c. */
+bool is_shell_line(const char *s);
+/* The command name closest to a mistyped one, or NULL. */
+const char *sbxctl_suggest(const char *typed);
 /* "usage: ..." for the command on stderr, EXIT_USAGE. */
 int rusage(const char *cmd);
 /* --help for a command on stdout, 0. */
