@@ -16,6 +16,12 @@
  * every command without the context. */
 static bool g_json;
 static const char *g_addr = "";
+/* The sandbox whose token came from the state file: if the node no longer
+ * knows it, its lease ended (or someone released it). */
+static char g_remembered[128];
+/* The sandbox reached with --token after the lookup failed: the operator's
+ * token, or a wrong one. */
+static char g_by_token[128];
 
 const rcmd sbxctl_cmds[] = {
     {"claim", cmd_claim, "[TEMPLATE] [--size SIZE] [--net none|egress] [--ttl SECONDS] [--ref REF]",
@@ -129,6 +135,14 @@ static bool daemon_unreachable(const sbx_error *err) {
 }
 
 int rfail_err(const char *what, const sbx_error *err) {
+  if (g_remembered[0] && (strstr(err->msg, "unknown sandbox") || (err->code == SBX_E_REMOTE && err->detail == 404)))
+    return rfail("%s: expired: its lease ended or it was released elsewhere (sbxctl still had its token; "
+                 "'sbxctl release %s' forgets it)",
+                 g_remembered, g_remembered);
+  if (g_by_token[0] && (strstr(err->msg, "unknown sandbox") || (err->code == SBX_E_REMOTE && err->detail == 404)))
+    return rfail("%s: unknown sandbox, or not reachable with this token (the operator token can release, renew, "
+                 "hibernate, wake and inspect any sandbox; exec, files and shells take the sandbox's own token)",
+                 g_by_token);
   size_t wl = strlen(what);
   /* the library often names the verb already: no "claim: claim:" */
   const char *prefix = strncmp(err->msg, what, wl) == 0 && err->msg[wl] == ':' ? "" : what;
@@ -268,8 +282,14 @@ int rsandbox(rctx *r, const char *id, sbx_sandbox **out) {
   if (state_get(id, token, sizeof token, owner, sizeof owner) == 0) {
     /* the owner the claim reported: no lookup round trip */
     rc = sbx_client_attach(c, id, token, owner[0] ? owner : NULL, out, &err);
+    snprintf(g_remembered, sizeof g_remembered, "%s", id);
   } else if (r->token && *r->token) {
     rc = sbx_client_lookup(c, id, r->token, out, &err);
+    /* `…/owner` answers only to the sandbox's own token: the operator's
+     * goes to the node it names, which accepts it for any tenant's
+     * sandbox (a wrong token then fails there, with the node's words) */
+    if (rc == SBX_E_NOTFOUND && (rc = sbx_client_attach(c, id, r->token, NULL, out, &err)) == 0)
+      snprintf(g_by_token, sizeof g_by_token, "%s", id);
   } else {
     return rfail("%s: no token known for this sandbox (claim it with sbxctl, or pass --token)", id);
   }
