@@ -98,17 +98,29 @@ static int exec_failed(const char *prog, const sbx_error *err) {
   return rfail_err("exec", err);
 }
 
+/* exec -d: start it in the background and print its pid, for ps, logs
+ * and kill. */
+static int exec_detached(rctx *r, sbx_sandbox *s, const sbx_exec_opts *eo) {
+  uint32_t pid = 0;
+  sbx_error err;
+  if (sbx_sandbox_spawn(s, eo, &pid, &err) < 0) return exec_failed(eo->argv[0], &err);
+  if (r->json) printf("{\"pid\":%u}\n", pid);
+  else printf("%u\n", pid);
+  return 0;
+}
+
 int cmd_exec(rctx *r, int argc, char **argv) {
   static const struct option opts[] = {{"cwd", required_argument, 0, 'c'},     {"env", required_argument, 0, 'e'},
                                        {"user", required_argument, 0, 'u'},    {"session", required_argument, 0, 's'},
-                                       {"no-stdin", no_argument, 0, 'n'},      COMMON_LONGOPTS,
-                                       {0, 0, 0, 0}};
+                                       {"no-stdin", no_argument, 0, 'n'},      {"detach", no_argument, 0, 'd'},
+                                       COMMON_LONGOPTS,                        {0, 0, 0, 0}};
   sbx_exec_opts eo = SBX_EXEC_OPTS_INIT();
   strlist env = {0};
-  bool no_stdin = false;
+  bool no_stdin = false, detach = false;
   int c, rc;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "hd", opts, NULL)) != -1) {
     switch (c) {
+    case 'd': detach = true; break;
     case 'c': eo.cwd = optarg; break;
     case 'u': eo.user = optarg; break;
     case 's': eo.session = optarg; break;
@@ -150,6 +162,12 @@ int cmd_exec(rctx *r, int argc, char **argv) {
   if (rsandbox(r, id, &s)) {
     sbx_free(env.items);
     return EXIT_FAIL;
+  }
+  if (detach) {
+    rc = exec_detached(r, s, &eo);
+    sbx_free(env.items);
+    sbx_sandbox_free(s);
+    return rc;
   }
   /* signals are taken by the waiting thread only; children of this process
    * (none) would inherit the mask, which is fine */

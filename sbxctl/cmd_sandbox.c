@@ -129,6 +129,7 @@ int cmd_ls(rctx *r, int argc, char **argv) {
       return rc;
     }
   }
+  if (optind + 1 == argc && !ref) return cmd_ls_path(r, argv[optind]); /* ls ID:/path */
   if (optind != argc) return rusage("ls");
   sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;

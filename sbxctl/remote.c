@@ -27,20 +27,28 @@ const rcmd sbxctl_cmds[] = {
     {"claim", cmd_claim, "[TEMPLATE] [--size SIZE] [--net none|egress] [--ttl SECONDS] [--ref REF]",
      "Claim a sandbox (template default: host) and print its id. The sandbox token is remembered in the state "
      "file so later commands need none."},
-    {"exec", cmd_exec, "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER] [--session SID] [--no-stdin] -- ARGV...",
-     "Run ARGV in the sandbox, streaming its output and forwarding stdin. Exits with the remote exit code; "
-     "Ctrl-C kills the remote process."},
+    {"exec", cmd_exec,
+     "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER] [--session SID] [--no-stdin] [-d|--detach] "
+     "-- ARGV... | ID 'COMMAND LINE'",
+     "Run ARGV in the sandbox, streaming its output and forwarding stdin. Exits with the remote exit code "
+     "(127 when the program is not found, 126 when it is not executable); Ctrl-C kills the remote process. A "
+     "single argument with a space or shell syntax is a command line run with sh -c (in the session's shell "
+     "with --session, so cd and variables last). -d starts it in the background and prints its pid for ps, "
+     "logs and kill."},
     {"shell", cmd_shell, "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER]",
      "Open an interactive shell on a pseudo-terminal in the sandbox. Follows window resizes; the terminal is "
      "restored on exit. Exits with the shell's exit code."},
     {"release", cmd_release, "ID...", "Destroy sandboxes and forget their tokens. An unknown sandbox counts as released."},
     {"renew", cmd_renew, "ID [--ttl SECONDS]", "Reset the lease of a sandbox and print the new deadline."},
-    {"ls", cmd_ls, "[--ref CLAIM_REF]", "List the sandboxes of this node that the token owns."},
+    {"ls", cmd_ls, "[--ref CLAIM_REF] | ID:/path",
+     "List the sandboxes of this node that the token owns. With ID:/path, list that directory in the sandbox "
+     "(TYPE SIZE NAME; --json {\"path\",\"entries\":[{\"name\",\"type\",\"size\"}]})."},
     {"info", cmd_info, "[ID]", "Show the node state, or one sandbox's index row (needs the operator token)."},
     {"cp", cmd_cp, "SRC DST",
      "Copy files and directory trees between the host and a sandbox; one side is ID:/path. Modes, symlinks and "
      "empty directories are kept."},
     {"cat", cmd_cat, "ID:/path", "Write a sandbox file to stdout."},
+    {"stat", cmd_stat, "ID:/path", "Show a sandbox file's type, size, mode and modification time."},
     {"put", cmd_put, "ID:/path [--mode OCTAL]", "Write stdin to a sandbox file (atomically)."},
     {"ps", cmd_ps, "ID", "List the processes silkd tracks in the sandbox."},
     {"kill", cmd_kill, "ID PID [--signal N]", "Send a signal (default SIGKILL) to a sandbox process."},

@@ -89,6 +89,9 @@ int cmd_session(rctx *r, int argc, char **argv);
 int cmd_cp(rctx *r, int argc, char **argv);
 int cmd_cat(rctx *r, int argc, char **argv);
 int cmd_put(rctx *r, int argc, char **argv);
+int cmd_stat(rctx *r, int argc, char **argv);
+/* ls ID:/path: a sandbox directory's entries. */
+int cmd_ls_path(rctx *r, const char *arg);
 int cmd_completion(rctx *r, int argc, char **argv);
 int cmd_find(rctx *r, int argc, char **argv);
 int cmd_replace(rctx *r, int argc, char **argv);

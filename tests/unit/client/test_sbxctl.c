@@ -146,6 +146,56 @@ static void test_exec_command_string(void **state) {
   run_result_free(&r);
 }
 
+/* ls ID:/path, stat ID:/path, file errors naming the file, exec -d. */
+static void test_files_and_detach(void **state) {
+  (void)state;
+  run_result r;
+  char dir[256], arg[300], script[600];
+  snprintf(dir, sizeof dir, "%s/lsd", silkd.dir);
+  snprintf(script, sizeof script, "mkdir -p %s/sub && printf hi > %s/f", dir, dir);
+  assert_int_equal(run_sbxctl(ARGS("exec", SBX, script), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  run_result_free(&r);
+  snprintf(arg, sizeof arg, SBX ":%s", dir);
+  assert_int_equal(run_sbxctl(ARGS("--json", "ls", arg), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  json_t *j = json_loads(r.out.ptr, 0, NULL);
+  assert_non_null(j);
+  assert_string_equal(json_string_value(json_object_get(j, "path")), dir);
+  json_t *ents = json_object_get(j, "entries");
+  assert_int_equal(json_array_size(ents), 2);
+  json_decref(j);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("ls", arg), NULL, &r, NULL, NULL), 0);
+  assert_non_null(strstr(r.out.ptr, "file               2  f\n"));
+  assert_non_null(strstr(r.out.ptr, "sub/\n"));
+  run_result_free(&r);
+  snprintf(arg, sizeof arg, SBX ":%s/f", dir);
+  assert_int_equal(run_sbxctl(ARGS("--json", "stat", arg), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out.ptr, "\"type\":\"file\",\"size\":2"));
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("cat", SBX ":/no/such/file"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 1);
+  assert_int_equal(strncmp(r.err.ptr, "sbxctl: " SBX ":/no/such/file: ", strlen("sbxctl: " SBX ":/no/such/file: ")), 0);
+  run_result_free(&r);
+  /* exec -d: a pid at once, for logs, ps and kill */
+  assert_int_equal(run_sbxctl(ARGS("exec", "-d", SBX, "echo bg; exit 5"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  char pid[32];
+  snprintf(pid, sizeof pid, "%ld", atol(r.out.ptr));
+  assert_true(atol(pid) > 0);
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("logs", SBX, pid, "--follow"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out.ptr, "bg\n");
+  run_result_free(&r);
+  assert_int_equal(run_sbxctl(ARGS("--json", "exec", "--detach", SBX, "--", "/nonexistent"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 127);
+  assert_string_equal(r.err.ptr, "{\"error\":\"exec: /nonexistent: command not found\"}\n");
+  run_result_free(&r);
+}
+
 /* What a docker or kubectl user expects of the messages. */
 static void test_cli_habits(void **state) {
   (void)state;
@@ -359,6 +409,7 @@ int main(void) {
       cmocka_unit_test(test_sigint_kills_remote_tree),
       cmocka_unit_test(test_files_and_tokens), cmocka_unit_test(test_ps_kill_logs),
       cmocka_unit_test(test_exec_command_string), cmocka_unit_test(test_cli_habits),
+      cmocka_unit_test(test_files_and_detach),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   silkd_cleanup(&silkd);
