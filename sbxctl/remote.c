@@ -38,6 +38,9 @@ const rcmd sbxctl_cmds[] = {
     {"shell", cmd_shell, "ID [--cwd DIR] [--env KEY=VALUE]... [--user USER]",
      "Open an interactive shell on a pseudo-terminal in the sandbox. Follows window resizes; the terminal is "
      "restored on exit. Exits with the shell's exit code."},
+    {"port-forward", cmd_port_forward, "ID LOCAL:REMOTE",
+     "Forward local ports to a sandbox port, as kubectl port-forward: listen on 127.0.0.1:LOCAL (0 picks one) and "
+     "relay each connection to 127.0.0.1:REMOTE in the sandbox, until interrupted."},
     {"release", cmd_release, "ID...", "Destroy sandboxes and forget their tokens. An unknown sandbox counts as released."},
     {"renew", cmd_renew, "ID [--ttl SECONDS]", "Reset the lease of a sandbox and print the new deadline."},
     {"ls", cmd_ls, "[--ref CLAIM_REF] | ID:/path",

@@ -106,5 +106,6 @@ int cmd_promote(rctx *r, int argc, char **argv);
 int cmd_rm_checkpoint(rctx *r, int argc, char **argv);
 int cmd_git(rctx *r, int argc, char **argv);
 int cmd_lsp(rctx *r, int argc, char **argv);
+int cmd_port_forward(rctx *r, int argc, char **argv);
 
 #endif
