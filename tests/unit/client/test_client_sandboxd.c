@@ -407,6 +407,13 @@ static void test_sbxctl_port_forward(void **state) {
   assert_int_equal(r.status, 2);
   assert_int_equal(strncmp(r.err.ptr, "sbxctl: LOCAL:REMOTE: expected ports such as 8080:80", 52), 0);
   run_result_free(&r);
+  /* a claim that cannot be provisioned: the node's words, the verb once
+   * (naming the missing template is sandboxd's to say) */
+  assert_int_equal(run_sbxctl(ARGS("claim", "no-such-template"), NULL, &r, NULL, NULL), 0);
+  assert_int_equal(r.status, 1);
+  assert_int_equal(strncmp(r.err.ptr, "sbxctl: claim: 500: ", 20), 0);
+  assert_null(strstr(r.err.ptr, "claim: claim:"));
+  run_result_free(&r);
   struct pf_state st = {0};
   assert_int_equal(run_sbxctl(ARGS("port-forward", id, "0:8080"), NULL, &r, pf_on_output, &st), 0);
   assert_true(st.done);
