@@ -24,6 +24,11 @@ json_t *node_info(struct sbxd *d) {
   for (size_t i = 0; (l = sbx_lease_at(d->leases, i)); i++) hib += lease_hibernated(d, l);
   json_t *o = json_pack("{s:o,s:I,s:I,s:I}", "pools", pools, "claimed", (json_int_t)sbx_lease_count(d->leases),
                         "hibernated", hib, "archived", (json_int_t)archive_count());
+  /* which verbs can work here, so a client (sbxctl mcp) offers only those */
+  json_object_set_new(o, "driver", json_string(provider_name(d->prov)));
+  json_object_set_new(o, "lifecycle", json_boolean(provider_image_keeps(d->prov) != NULL));
+  /* an operator editing the config file must learn that a PUT overrides it */
+  json_object_set_new(o, "pools_source", json_string(d->pools_from_file ? "pools.json" : "config"));
   if (sbx_pool_mgr_draining(d->pm)) json_object_set_new(o, "draining", json_true());
   const char *reason;
   if (sbx_pool_mgr_at_capacity(d->pm, &reason)) {

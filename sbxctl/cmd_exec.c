@@ -81,17 +81,46 @@ typedef struct {
 static int exec_output(void *ud, sbx_stream st, const void *p, size_t n) { return to_stdio(ud, st, p, n); }
 static void exec_started(void *ud, uint32_t pid) { on_started(((exec_ud *)ud)->intr, pid); }
 
+bool is_shell_line(const char *s) { return strpbrk(s, " \t\n|&;<>()$`\\\"'*?[]#~") != NULL; }
+
+/* A program that could not start exits as a shell's would: 127 not found,
+ * 126 found but not executable. A bad --cwd is named as such. */
+static int exec_failed(const char *prog, const sbx_error *err) {
+  if (strstr(err->msg, "spawn: cwd ")) return rfail("exec: %s", strstr(err->msg, "cwd "));
+  if (strstr(err->msg, "spawn: No such file or directory") || strstr(err->msg, "spawn: Not a directory")) {
+    rfail("exec: %s: command not found", prog);
+    return 127;
+  }
+  if (strstr(err->msg, "spawn: Permission denied")) {
+    rfail("exec: %s: permission denied (not executable)", prog);
+    return 126;
+  }
+  return rfail_err("exec", err);
+}
+
+/* exec -d: start it in the background and print its pid, for ps, logs
+ * and kill. */
+static int exec_detached(rctx *r, sbx_sandbox *s, const sbx_exec_opts *eo) {
+  uint32_t pid = 0;
+  sbx_error err;
+  if (sbx_sandbox_spawn(s, eo, &pid, &err) < 0) return exec_failed(eo->argv[0], &err);
+  if (r->json) printf("{\"pid\":%u}\n", pid);
+  else printf("%u\n", pid);
+  return 0;
+}
+
 int cmd_exec(rctx *r, int argc, char **argv) {
   static const struct option opts[] = {{"cwd", required_argument, 0, 'c'},     {"env", required_argument, 0, 'e'},
                                        {"user", required_argument, 0, 'u'},    {"session", required_argument, 0, 's'},
-                                       {"no-stdin", no_argument, 0, 'n'},      COMMON_LONGOPTS,
-                                       {0, 0, 0, 0}};
+                                       {"no-stdin", no_argument, 0, 'n'},      {"detach", no_argument, 0, 'd'},
+                                       COMMON_LONGOPTS,                        {0, 0, 0, 0}};
   sbx_exec_opts eo = SBX_EXEC_OPTS_INIT();
   strlist env = {0};
-  bool no_stdin = false;
+  bool no_stdin = false, detach = false;
   int c, rc;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "hd", opts, NULL)) != -1) {
     switch (c) {
+    case 'd': detach = true; break;
     case 'c': eo.cwd = optarg; break;
     case 'u': eo.user = optarg; break;
     case 's': eo.session = optarg; break;
@@ -116,11 +145,29 @@ int cmd_exec(rctx *r, int argc, char **argv) {
   }
   const char *id = argv[optind];
   eo.argv = (const char *const *)argv + optind + 1;
+  /* one argument with shell syntax is a command line, as agents send it */
+  const char *line[4] = {NULL};
+  if (argc - optind == 2 && is_shell_line(argv[optind + 1])) {
+    /* in a session, eval runs it in the session's own shell, so cd and
+     * variables last; elsewhere a fresh sh -c */
+    if (eo.session) {
+      line[0] = "eval", line[1] = argv[optind + 1];
+    } else {
+      line[0] = "sh", line[1] = "-c", line[2] = argv[optind + 1];
+    }
+    eo.argv = line;
+  }
   eo.env = env.items;
   sbx_sandbox *s;
   if (rsandbox(r, id, &s)) {
     sbx_free(env.items);
     return EXIT_FAIL;
+  }
+  if (detach) {
+    rc = exec_detached(r, s, &eo);
+    sbx_free(env.items);
+    sbx_sandbox_free(s);
+    return rc;
   }
   /* signals are taken by the waiting thread only; children of this process
    * (none) would inherit the mask, which is fine */
@@ -147,9 +194,16 @@ int cmd_exec(rctx *r, int argc, char **argv) {
   pthread_mutex_unlock(&st.lock);
   sbx_free(env.items);
   sbx_sandbox_free(s);
-  if (rc < 0) return rfail_err("exec", &err);
+  if (rc < 0) return exec_failed(eo.argv[0], &err);
   if (signo) return 128 + signo;
   return code < 0 || code > 255 ? 255 : code;
+}
+
+/* One compact JSON document and a newline on stdout; takes o. */
+static void print_json_line(json_t *o) {
+  json_dumpf(o, stdout, JSON_COMPACT);
+  putchar('\n');
+  json_decref(o);
 }
 
 static uint32_t parse_pid(const char *s, bool *ok) {
@@ -199,9 +253,11 @@ int cmd_ps(rctx *r, int argc, char **argv) {
     for (size_t k = 0; k < p->argv.len; k++) printf(" %s", p->argv.items[k]);
     printf("\n");
   }
-  if (r->json) {
-    json_dumpf(arr, stdout, JSON_COMPACT);
+  if (r->json) { /* a list is an object with a named array, as ls */
+    json_t *o = json_pack("{s:O}", "processes", arr);
+    json_dumpf(o, stdout, JSON_COMPACT);
     printf("\n");
+    json_decref(o);
   }
   json_decref(arr);
   sbx_wire_resp_free(&resp);
@@ -215,7 +271,7 @@ int cmd_kill(rctx *r, int argc, char **argv) {
     if (c == 's') {
       char *end;
       long v = strtol(optarg, &end, 10);
-      if (end == optarg || *end || v < 1 || v > 64) return rusage("kill");
+      if (end == optarg || *end || v < 1 || v > 64) return rbadopt("kill", "--signal", "a signal number 1-64", optarg);
       sig = (int)v;
     } else if ((rc = common_opt(r, c, "kill")) >= 0) {
       return rc;
@@ -230,7 +286,9 @@ int cmd_kill(rctx *r, int argc, char **argv) {
   sbx_error err;
   rc = sbx_sandbox_kill(s, pid, sig, &err);
   sbx_sandbox_free(s);
-  return rc < 0 ? rfail_err("kill", &err) : 0;
+  if (rc < 0) return rfail_err("kill", &err);
+  if (r->json) printf("{\"pid\":%u,\"signal\":%d,\"sent\":true}\n", pid, sig);
+  return 0;
 }
 
 int cmd_logs(rctx *r, int argc, char **argv) {
@@ -293,14 +351,24 @@ int cmd_session(rctx *r, int argc, char **argv) {
   if (strcmp(sub, "list") == 0) {
     sbx_wire_resp resp;
     if ((rc = sbx_sandbox_session_list(s, &resp, &err)) == 0) {
-      for (size_t i = 0; i < resp.u.sessions.sessions.len; i++) printf("%s\n", resp.u.sessions.sessions.items[i]);
+      json_t *arr = json_array();
+      for (size_t i = 0; i < resp.u.sessions.sessions.len; i++) {
+        if (r->json) json_array_append_new(arr, json_string(resp.u.sessions.sessions.items[i]));
+        else printf("%s\n", resp.u.sessions.sessions.items[i]);
+      }
+      if (r->json) print_json_line(json_pack("{s:o}", "sessions", arr));
+      else json_decref(arr);
       sbx_wire_resp_free(&resp);
     }
   } else if (strcmp(sub, "create") == 0) {
     char out[256];
-    if ((rc = sbx_sandbox_session_create(s, sid, cwd, env.items, out, sizeof out, &err)) == 0) printf("%s\n", out);
+    if ((rc = sbx_sandbox_session_create(s, sid, cwd, env.items, out, sizeof out, &err)) == 0) {
+      if (r->json) print_json_line(json_pack("{s:s}", "id", out));
+      else printf("%s\n", out);
+    }
   } else {
     rc = sbx_sandbox_session_rm(s, argv[optind + 2], &err);
+    if (rc == 0 && r->json) print_json_line(json_pack("{s:s,s:b}", "id", argv[optind + 2], "removed", 1));
   }
   sbx_free(env.items);
   sbx_sandbox_free(s);

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "remote.h"
 #include "core/path.h"
 
@@ -151,7 +153,7 @@ int cmd_cat(rctx *r, int argc, char **argv) {
   sbx_error err;
   rc = sbx_sandbox_read_file_fd(s, path, STDOUT_FILENO, &err);
   sbx_sandbox_free(s);
-  return rc < 0 ? rfail_err("cat", &err) : 0;
+  return rc < 0 ? rfail_err(argv[optind], &err) : 0; /* the file is named */
 }
 
 int cmd_put(rctx *r, int argc, char **argv) {
@@ -161,7 +163,7 @@ int cmd_put(rctx *r, int argc, char **argv) {
     if (c == 'm') {
       char *end;
       long v = strtol(optarg, &end, 8);
-      if (end == optarg || *end || v < 0 || v > 07777) return rusage("put");
+      if (end == optarg || *end || v < 0 || v > 07777) return rbadopt("put", "--mode", "an octal mode (0-7777)", optarg);
       mode = (int)v;
     } else if ((rc = common_opt(r, c, "put")) >= 0) {
       return rc;
@@ -175,5 +177,79 @@ int cmd_put(rctx *r, int argc, char **argv) {
   sbx_error err;
   rc = sbx_sandbox_write_file_fd(s, path, STDIN_FILENO, mode, &err);
   sbx_sandbox_free(s);
-  return rc < 0 ? rfail_err("put", &err) : 0;
+  return rc < 0 ? rfail_err(argv[optind], &err) : 0;
+}
+
+/* ---- ls ID:/path and stat ID:/path ---- */
+
+static const char *kind_name(sbx_wire_file_kind k) {
+  switch (k) {
+  case SBX_FILE_FILE: return "file";
+  case SBX_FILE_DIR: return "dir";
+  case SBX_FILE_SYMLINK: return "symlink";
+  default: return "other";
+  }
+}
+
+typedef struct {
+  bool json;
+  json_t *arr;
+} ls_out;
+
+static int ls_entry(void *ud, const sbx_wire_dir_entry *e) {
+  ls_out *o = ud;
+  if (o->json)
+    json_array_append_new(o->arr, json_pack("{s:s,s:s,s:I}", "name", e->name, "type", kind_name(e->kind), "size",
+                                            (json_int_t)e->size));
+  else printf("%-7s %12llu  %s%s\n", kind_name(e->kind), (unsigned long long)e->size, e->name,
+              e->kind == SBX_FILE_DIR ? "/" : "");
+  return 0;
+}
+
+int cmd_ls_path(rctx *r, const char *arg) {
+  char id[128];
+  const char *path;
+  if (!split_remote(arg, id, sizeof id, &path) || !*path) return rusage("ls");
+  sbx_sandbox *s;
+  if (rsandbox(r, id, &s)) return EXIT_FAIL;
+  ls_out o = {r->json, json_array()};
+  sbx_error err;
+  int rc = sbx_sandbox_list_dir(s, path, ls_entry, &o, &err);
+  sbx_sandbox_free(s);
+  if (rc == 0 && r->json) {
+    json_t *j = json_pack("{s:s,s:O}", "path", path, "entries", o.arr);
+    json_dumpf(j, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(j);
+  }
+  json_decref(o.arr);
+  return rc < 0 ? rfail_err(arg, &err) : 0;
+}
+
+int cmd_stat(rctx *r, int argc, char **argv) {
+  int rc = simple_opts(r, argc, argv, "stat");
+  if (rc >= 0) return rc;
+  char id[128];
+  const char *path;
+  if (argc - optind != 1 || !split_remote(argv[optind], id, sizeof id, &path) || !*path) return rusage("stat");
+  sbx_sandbox *s;
+  if (rsandbox(r, id, &s)) return EXIT_FAIL;
+  sbx_wire_file_info fi;
+  sbx_error err;
+  rc = sbx_sandbox_stat(s, path, &fi, &err);
+  sbx_sandbox_free(s);
+  if (rc < 0) return rfail_err(argv[optind], &err);
+  if (r->json) {
+    char mode[8];
+    snprintf(mode, sizeof mode, "%04o", fi.mode & 07777);
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:I}", "path", path, "type", kind_name(fi.kind), "size", (json_int_t)fi.size,
+                          "mode", mode, "mtime_epoch_secs", (json_int_t)fi.mtime_epoch_secs);
+    json_dumpf(j, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(j);
+  } else {
+    printf("path   %s\ntype   %s\nsize   %llu\nmode   %04o\nmtime  %llu\n", path, kind_name(fi.kind),
+           (unsigned long long)fi.size, fi.mode & 07777, (unsigned long long)fi.mtime_epoch_secs);
+  }
+  return 0;
 }

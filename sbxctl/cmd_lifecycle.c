@@ -10,6 +10,15 @@
 
 #include "remote.h"
 
+/* A refused option value: name the option and what it takes. */
+static int bad_value(const char *cmd, int c, const char *got) {
+  switch (c) {
+  case 't': return rbadopt(cmd, "--ttl", "seconds", got);
+  case 'n': return rbadopt(cmd, "--count", "a number from 1 to 1000", got);
+  default: return rusage(cmd);
+  }
+}
+
 /* Options: the common ones plus up to two of ours (name, short key). */
 static int opts_loop(rctx *r, int argc, char **argv, const char *cmd, const struct option *extra, size_t nextra,
                      int (*take)(int c, const char *arg, void *ud), void *ud) {
@@ -20,7 +29,7 @@ static int opts_loop(rctx *r, int argc, char **argv, const char *cmd, const stru
   int c, rc;
   while ((c = getopt_long(argc, argv, "hn:", opts, NULL)) != -1) {
     if (take && c && strchr("nrtN", c) && take(c, optarg, ud) == 0) continue;
-    if (c && strchr("nrtN", c)) return rusage(cmd);
+    if (c && strchr("nrtN", c)) return bad_value(cmd, c, optarg);
     if ((rc = common_opt(r, c, cmd)) >= 0) return rc;
   }
   return -1;

@@ -30,7 +30,7 @@ int cmd_claim(rctx *r, int argc, char **argv) {
     case 'n': co.net = optarg; break;
     case 'r': co.claim_ref = optarg; break;
     case 't':
-      if (parse_i64(optarg, &co.ttl_seconds) < 0) return rusage("claim");
+      if (parse_i64(optarg, &co.ttl_seconds) < 0) return rbadopt("claim", "--ttl", "seconds", optarg);
       break;
     default:
       if ((rc = common_opt(r, c, "claim")) >= 0) return rc;
@@ -97,7 +97,7 @@ int cmd_renew(rctx *r, int argc, char **argv) {
   int c, rc;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 't') {
-      if (parse_i64(optarg, &ttl) < 0) return rusage("renew");
+      if (parse_i64(optarg, &ttl) < 0) return rbadopt("renew", "--ttl", "seconds", optarg);
     } else if ((rc = common_opt(r, c, "renew")) >= 0) {
       return rc;
     }
@@ -129,6 +129,7 @@ int cmd_ls(rctx *r, int argc, char **argv) {
       return rc;
     }
   }
+  if (optind + 1 == argc && !ref) return cmd_ls_path(r, argv[optind]); /* ls ID:/path */
   if (optind != argc) return rusage("ls");
   sbx_client *cl = NULL;
   if (rclient(r, &cl)) return EXIT_FAIL;
@@ -150,11 +151,25 @@ int cmd_ls(rctx *r, int argc, char **argv) {
   return 0;
 }
 
+/* Where the node's pools come from: "pools.json" once set through the API
+ * (it then overrides the config file's), NULL when the node does not say. */
+static char *pools_source(const sbx_node_info *ni) {
+  json_t *j = ni->json ? json_loads(ni->json, 0, NULL) : NULL;
+  const char *v = json_string_value(json_object_get(j, "pools_source"));
+  char *out = v ? sbx_strdup(v) : NULL;
+  json_decref(j);
+  return out;
+}
+
 static void print_node(const sbx_node_info *ni, bool json) {
   if (json) {
     printf("%s\n", ni->json);
     return;
   }
+  char *src = pools_source(ni);
+  if (src && strcmp(src, "pools.json") == 0)
+    printf("pools: set through the API (data_dir/pools.json); they override the config file's pools\n");
+  sbx_free(src);
   printf("claimed %lld, hibernated %lld, archived %lld%s%s%s\n", (long long)ni->claimed, (long long)ni->hibernated,
          (long long)ni->archived, ni->draining ? ", draining" : "", ni->at_capacity ? ", at capacity: " : "",
          ni->at_capacity ? ni->at_capacity_reason : "");
@@ -199,6 +214,50 @@ static int64_t opt_int(json_t *o, const char *k) {
   return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
 }
 
+/* What PUT /v1/pools refuses, refused here before anything is sent (the
+ * client's pool spec has no room for the rest, so it would be dropped
+ * silently): unknown keys, the config-file-only warmup and egress, and
+ * wrong types. The words are the API's. */
+static int pools_check(json_t *doc, json_t *arr, char *bad, size_t n) {
+  static const char *const strs[] = {"template", "net", "size"};
+  static const char *const ints[] = {"warm", "warm_max", "idle_hibernate_seconds", "archive_after_seconds",
+                                     "archive_delete_after_seconds"};
+  const char *k;
+  json_t *v;
+  if (json_is_object(doc)) json_object_foreach(doc, k, v) if (strcmp(k, "pools") != 0) {
+      snprintf(bad, n, "unknown field %.100s", k);
+      return -1;
+    }
+  for (size_t i = 0; i < json_array_size(arr); i++) {
+    json_t *o = json_array_get(arr, i);
+    if (!json_is_object(o)) {
+      snprintf(bad, n, "pools[%zu]: must be an object", i);
+      return -1;
+    }
+    if (!json_is_string(json_object_get(o, "template"))) {
+      snprintf(bad, n, "pools[%zu].template: required", i);
+      return -1;
+    }
+    json_object_foreach(o, k, v) {
+      const char *want = NULL; /* what the key takes; NULL: not a key */
+      bool ok = false;
+      for (size_t s = 0; s < sizeof strs / sizeof *strs; s++)
+        if (strcmp(k, strs[s]) == 0) want = "a string", ok = json_is_string(v);
+      for (size_t s = 0; s < sizeof ints / sizeof *ints; s++)
+        if (strcmp(k, ints[s]) == 0) want = "an integer >= 0", ok = json_is_integer(v) && json_integer_value(v) >= 0;
+      if (!want && (strcmp(k, "warmup") == 0 || strcmp(k, "egress") == 0)) {
+        snprintf(bad, n, "pools[%zu].%.64s: owned by the config file, not settable here", i, k);
+        return -1;
+      }
+      if (!want || !ok) {
+        snprintf(bad, n, "pools[%zu].%.64s: %s%s", i, k, want ? "must be " : "unknown field", want ? want : "");
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
 int cmd_pools(rctx *r, int argc, char **argv) {
   int rc = ids_only(r, argc, argv, "pools", 0, 2);
   if (rc >= 0) return rc;
@@ -219,6 +278,11 @@ int cmd_pools(rctx *r, int argc, char **argv) {
     if (!json_is_array(arr)) {
       json_decref(j);
       return rfail("pools: %s: expected {\"pools\":[...]}", file);
+    }
+    char bad[256];
+    if (pools_check(j, arr, bad, sizeof bad) < 0) {
+      json_decref(j);
+      return rfail("pools: %s: %s", file, bad);
     }
     size_t k = json_array_size(arr);
     sbx_pool_spec *specs = sbx_calloc(k ? k : 1, sizeof *specs);

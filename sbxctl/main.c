@@ -30,7 +30,11 @@ int main(int argc, char **argv) {
   }
   if (argc >= 2 && strcmp(argv[1], "local") == 0) return sbxctl_local_main(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "mcp") == 0) return sbxctl_mcp_main(argc - 1, argv + 1);
-  if (argc >= 2 && sbxctl_remote_handles(argc, argv)) return sbxctl_remote_main(argc, argv);
-  usage(stderr);
-  return 2;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  /* everything else, an unknown command too ("did you mean"), is the
+   * remote table's */
+  return sbxctl_remote_main(argc, argv);
 }

@@ -26,6 +26,7 @@
 
 #define PROTO_LATEST "2025-06-18"
 #define PROTO_PREVIOUS "2025-03-26"
+#define PROTO_OLDEST "2024-11-05"
 #define MAX_INFLIGHT 32
 #define SHUTDOWN_WAIT_MS 60000 /* for calls still running after the release */
 
@@ -51,6 +52,7 @@ struct mcp_server {
   mcp_job *jobs;
   int active;
   int64_t call_cap_ms; /* MCP_CALL_CAP_MS; tests shorten it */
+  int lifecycle;       /* the node runs the lifecycle verbs: -1 not asked yet, 0, 1 */
 };
 
 static int64_t now_ms(void) {
@@ -283,7 +285,12 @@ static void initialize(mcp_server *srv, json_t *id, json_t *params) {
     send_error(srv, id, MCP_RPC_PARAMS, "Invalid params: initialize needs a string \"protocolVersion\"");
     return;
   }
-  const char *ver = strcmp(want, PROTO_PREVIOUS) == 0 ? PROTO_PREVIOUS : PROTO_LATEST;
+  /* the spec's negotiation: the client's version when we speak it, else
+   * our latest (the client then decides whether to go on) */
+  static const char *const known[] = {PROTO_LATEST, PROTO_PREVIOUS, PROTO_OLDEST};
+  const char *ver = PROTO_LATEST;
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (strcmp(want, known[i]) == 0) ver = known[i];
   json_t *ci = json_object_get(params, "clientInfo");
   fprintf(stderr, "sbxctl mcp: initialize from %s %s, protocol %s (asked %s)\n",
           json_string_value(json_object_get(ci, "name")) ?: "?",
@@ -295,6 +302,24 @@ static void initialize(mcp_server *srv, json_t *id, json_t *params) {
                         "Call create_sandbox first; pass its sandbox_id to exec, write_file, read_file and the "
                         "other tools; release it when done. Sandboxes still held are released when this "
                         "server exits."));
+}
+
+/* Whether the node runs the lifecycle verbs: asked once, from /v1/info
+ * (the operator token); a node that does not say (older, or a tenant
+ * token) is assumed to. */
+static bool node_lifecycle(mcp_server *srv) {
+  if (srv->lifecycle < 0) {
+    sbx_node_info ni = {0};
+    sbx_error err;
+    srv->lifecycle = 1;
+    if (srv->client && sbx_client_info(srv->client, &ni, &err) == 0 && ni.json) {
+      json_t *j = json_loads(ni.json, 0, NULL);
+      if (json_is_false(json_object_get(j, "lifecycle"))) srv->lifecycle = 0;
+      json_decref(j);
+    }
+    sbx_node_info_free(&ni);
+  }
+  return srv->lifecycle != 0;
 }
 
 static void handle_message(mcp_server *srv, const char *line, size_t len) {
@@ -310,7 +335,7 @@ static void handle_message(mcp_server *srv, const char *line, size_t len) {
     } else if (strcmp(method, "ping") == 0) {
       send_result(srv, id, json_object());
     } else if (strcmp(method, "tools/list") == 0) {
-      json_t *tools = mcp_tools_list();
+      json_t *tools = mcp_tools_list_for(node_lifecycle(srv));
       if (tools) send_result(srv, id, json_pack("{s:o}", "tools", tools));
       else send_error(srv, id, -32603, "Internal error: a tool schema is broken");
     } else if (strcmp(method, "tools/call") == 0) {
@@ -432,7 +457,7 @@ static bool shut_down(mcp_server *srv, int sigfd, int *failed) {
 int mcp_serve_bytes(sbx_client *client, const char *data, size_t len, int out_fd) {
   mcp_server srv = {.client = client, .out_fd = out_fd, .out_lock = PTHREAD_MUTEX_INITIALIZER,
                     .lock = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER,
-                    .call_cap_ms = MCP_CALL_CAP_MS};
+                    .call_cap_ms = MCP_CALL_CAP_MS, .lifecycle = 1 /* no probe of a node */};
   mcp_registry_init(&srv.reg);
   linebuf lb = {0};
   linebuf_room(&lb); /* as serve() has before its first read, even for no bytes */
@@ -505,7 +530,7 @@ int sbxctl_mcp_main(int argc, char **argv) {
   if (sigfd < 0) return rfail("signalfd: %s", strerror(errno));
 
   mcp_server srv = {.token = r->token, .template_ = tmpl, .out_lock = PTHREAD_MUTEX_INITIALIZER,
-                    .lock = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER};
+                    .lock = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER, .lifecycle = -1};
   srv.call_cap_ms = MCP_CALL_CAP_MS;
   /* undocumented: lets the integration test see the cap act in seconds */
   const char *cap = getenv("SBXCTL_MCP_CALL_CAP_MS");

@@ -128,8 +128,14 @@ typedef struct mcp_tool {
 
 extern const mcp_tool mcp_tools[];
 const mcp_tool *mcp_tool_find(const char *name);
-/* The `tools` array of tools/list (new reference); NULL on a bad schema. */
+/* The `tools` array of tools/list (new reference); NULL on a bad schema.
+ * _for(false) leaves out the lifecycle tools (a node that answers them
+ * 501). */
 json_t *mcp_tools_list(void);
+json_t *mcp_tools_list_for(bool lifecycle);
+bool mcp_tool_is_lifecycle(const char *name);
+/* The outputSchema text of a tool, NULL if it has none. */
+const char *mcp_tool_output_schema(const char *tool);
 /* Check args against the parts of the schema the verbs rely on: required
  * properties, property types, no unknown properties. */
 int mcp_tool_check_args(const mcp_tool *t, json_t *args, sbx_error *err);

@@ -30,10 +30,16 @@ const mcp_tool mcp_tools[] = {
      false, false, false, mcp_create_sandbox, NULL},
     {"exec", "Run a shell command",
      "Run a shell command (sh -c) in a sandbox and wait for it; returns exit_code, stdout and stderr (each "
-     "capped at 1 MiB, truncated=true when cut). A non-zero exit code is a normal result.",
+     "capped at 1 MiB, truncated=true when cut). A non-zero exit code is a normal result. Optional env, cwd, "
+     "stdin and timeout_seconds.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP ","
      "\"command\":{\"type\":\"string\",\"description\":\"shell command line, run with sh -c\"},"
-     "\"cwd\":{\"type\":\"string\",\"pattern\":\"^/\",\"description\":\"absolute working directory; default the sandbox's home\"}},"
+     "\"cwd\":{\"type\":\"string\",\"pattern\":\"^/\",\"description\":\"absolute working directory; default the sandbox's home\"},"
+     "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
+     "\"description\":\"extra environment variables, name to value\"},"
+     "\"stdin\":{\"type\":\"string\",\"description\":\"text given to the command on its standard input; default none\"},"
+     "\"timeout_seconds\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":300,"
+     "\"description\":\"kill the command after this many seconds (timed_out=true in the result)\"}},"
      "\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
      false, true, false, NULL, mcp_exec},
     {"spawn", "Start a background command",
@@ -54,7 +60,8 @@ const mcp_tool mcp_tools[] = {
      "\"required\":[\"sandbox_id\",\"pid\"],\"additionalProperties\":false}",
      true, false, true, NULL, mcp_logs},
     {"kill", "Signal a process",
-     "Send a signal (default 9, SIGKILL) to a process in a sandbox.",
+     "Send a signal (default 9, SIGKILL) to a process in a sandbox; sent=false (with a reason) when it has "
+     "already exited or never existed.",
      "{\"type\":\"object\",\"properties\":{" ID_PROP "," PID_PROP ","
      "\"signal\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":64,\"description\":\"signal number; default 9\"}},"
      "\"required\":[\"sandbox_id\",\"pid\"],\"additionalProperties\":false}",
@@ -192,9 +199,75 @@ const mcp_tool *mcp_tool_find(const char *name) {
   return NULL;
 }
 
-json_t *mcp_tools_list(void) {
+/* ---- outputSchema (MCP 2025-06-18): the shape of each tool's
+ * structuredContent. Properties a result may leave out are not required;
+ * extra ones are allowed, so a newer node's fields do not break a client
+ * that validates. ---- */
+#define O_STR "{\"type\":\"string\"}"
+#define O_INT "{\"type\":\"integer\"}"
+#define O_BOOL "{\"type\":\"boolean\"}"
+#define O_ARR "{\"type\":\"array\"}"
+#define OUT(props, req) "{\"type\":\"object\",\"properties\":{" props "},\"required\":[" req "]}"
+#define O_CAPTURE                                                                                             \
+  "\"stdout\":" O_STR ",\"stderr\":" O_STR ",\"truncated\":" O_BOOL ",\"stdout_truncated\":" O_BOOL \
+  ",\"stderr_truncated\":" O_BOOL ",\"non_utf8_replaced\":" O_BOOL
+#define O_SB "\"sandbox_id\":" O_STR
+
+static const struct {
+  const char *tool, *schema;
+} out_schemas[] = {
+    {"create_sandbox", OUT(O_SB ",\"deadline\":" O_STR ",\"template\":" O_STR, "\"sandbox_id\"")},
+    {"exec", OUT(O_CAPTURE ",\"exit_code\":" O_INT ",\"timed_out\":" O_BOOL, "\"stdout\",\"stderr\",\"exit_code\"")},
+    {"spawn", OUT("\"pid\":" O_INT, "\"pid\"")},
+    {"ps", OUT("\"processes\":" O_ARR, "\"processes\"")},
+    {"logs", OUT(O_CAPTURE ",\"exited\":" O_BOOL ",\"exit_code\":" O_INT, "\"stdout\",\"stderr\",\"exited\"")},
+    {"kill", OUT("\"pid\":" O_INT ",\"signal\":" O_INT ",\"sent\":" O_BOOL ",\"reason\":" O_STR, "\"pid\",\"sent\"")},
+    {"write_file", OUT("\"path\":" O_STR ",\"bytes\":" O_INT, "\"path\",\"bytes\"")},
+    {"read_file", OUT("\"path\":" O_STR ",\"content\":" O_STR ",\"bytes\":" O_INT, "\"path\",\"content\"")},
+    {"list_dir", OUT("\"path\":" O_STR ",\"entries\":" O_ARR ",\"truncated\":" O_BOOL, "\"path\",\"entries\"")},
+    {"release", OUT(O_SB ",\"released\":" O_BOOL, "\"sandbox_id\",\"released\"")},
+    {"node_info", OUT("\"pools\":" O_ARR ",\"claimed\":" O_INT, "")},
+    {"fork", OUT("\"sandbox_ids\":" O_ARR ",\"parent\":" O_STR ",\"keeps\":" O_STR, "\"sandbox_ids\"")},
+    {"hibernate", OUT(O_SB ",\"hibernated\":" O_BOOL ",\"keeps\":" O_STR, "\"sandbox_id\"")},
+    {"checkpoint", OUT("\"checkpoint_id\":" O_STR ",\"name\":" O_STR "," O_SB ",\"keeps\":" O_STR, "\"checkpoint_id\"")},
+    {"branch_checkpoint", OUT(O_SB ",\"deadline\":" O_STR ",\"keeps\":" O_STR, "\"sandbox_id\"")},
+    {"list_checkpoints", OUT("\"checkpoints\":" O_ARR, "\"checkpoints\"")},
+    {"delete_checkpoint", OUT("\"checkpoint_id\":" O_STR ",\"deleted\":" O_BOOL, "\"checkpoint_id\"")},
+    {"promote", OUT("\"template\":" O_STR ",\"content_digest\":" O_STR "," O_SB, "\"template\"")},
+    {"wake", OUT(O_SB ",\"hibernated\":" O_BOOL, "\"sandbox_id\"")},
+    {"search", OUT("\"path\":" O_STR ",\"matches\":" O_ARR ",\"truncated\":" O_BOOL, "\"matches\"")},
+    {"replace", OUT("\"files\":" O_ARR ",\"total\":" O_INT, "\"files\"")},
+    {"git_status", OUT("\"branch\":" O_STR ",\"ahead\":" O_INT ",\"behind\":" O_INT ",\"files\":" O_ARR
+                       ",\"truncated\":" O_BOOL, "\"branch\",\"files\"")},
+    {"git_diff", OUT("\"diff\":" O_STR ",\"truncated\":" O_BOOL, "\"diff\"")},
+    {"git_commit", OUT("\"hash\":" O_STR, "\"hash\"")},
+};
+
+const char *mcp_tool_output_schema(const char *tool) {
+  for (size_t i = 0; i < sizeof out_schemas / sizeof out_schemas[0]; i++)
+    if (strcmp(out_schemas[i].tool, tool) == 0) return out_schemas[i].schema;
+  return NULL;
+}
+
+/* Tools that answer 501 on a node whose driver cannot keep an image (the
+ * lifecycle verbs): not offered there, so an agent does not spend turns on
+ * them. */
+static const char *const lifecycle_tools[] = {"fork",           "hibernate",         "wake",   "checkpoint",
+                                              "branch_checkpoint", "list_checkpoints", "delete_checkpoint",
+                                              "promote"};
+
+bool mcp_tool_is_lifecycle(const char *name) {
+  for (size_t i = 0; i < sizeof lifecycle_tools / sizeof lifecycle_tools[0]; i++)
+    if (strcmp(lifecycle_tools[i], name) == 0) return true;
+  return false;
+}
+
+json_t *mcp_tools_list(void) { return mcp_tools_list_for(true); }
+
+json_t *mcp_tools_list_for(bool lifecycle) {
   json_t *arr = json_array();
   for (const mcp_tool *t = mcp_tools; t->name; t++) {
+    if (!lifecycle && mcp_tool_is_lifecycle(t->name)) continue;
     json_error_t je;
     json_t *schema = json_loads(t->schema, 0, &je);
     if (!schema) {
@@ -204,8 +277,18 @@ json_t *mcp_tools_list(void) {
     }
     json_t *ann = json_pack("{s:s,s:b,s:b,s:b,s:b}", "title", t->title, "readOnlyHint", t->read_only,
                             "destructiveHint", t->destructive, "idempotentHint", t->idempotent, "openWorldHint", 0);
-    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:o}", "name", t->name, "title", t->title, "description",
-                                         t->description, "inputSchema", schema, "annotations", ann));
+    json_t *entry = json_pack("{s:s,s:s,s:s,s:o,s:o}", "name", t->name, "title", t->title, "description",
+                              t->description, "inputSchema", schema, "annotations", ann);
+    const char *os = mcp_tool_output_schema(t->name);
+    json_t *out = os ? json_loads(os, 0, &je) : NULL;
+    if (os && !out) {
+      fprintf(stderr, "sbxctl mcp: output schema of %s: %s\n", t->name, je.text);
+      json_decref(entry);
+      json_decref(arr);
+      return NULL;
+    }
+    if (out) json_object_set_new(entry, "outputSchema", out);
+    json_array_append_new(arr, entry);
   }
   return arr;
 }

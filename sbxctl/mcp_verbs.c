@@ -1,8 +1,15 @@
 /* sbxctl mcp: the tools' work. Each verb fills *out with the JSON object
  * of a successful result, or fails with err->msg worded for the agent
  * (the caller turns it into an isError result). */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
 
 #include "mcp.h"
 
@@ -69,12 +76,23 @@ int mcp_create_sandbox(mcp_call *c, json_t *a, json_t **out, sbx_error *err) {
 }
 
 /* ---- exec and logs: output captured into capped buffers ---- */
+/* exec's own timeout_seconds: a thread kills the process when it passes. */
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  sbx_sandbox *s;
+  uint32_t pid;
+  bool done, fired;
+  struct timespec until; /* CLOCK_MONOTONIC */
+} watchdog;
+
 typedef struct {
   mcp_call *c;
   sbx_sandbox *s;
   sbx_buf out, errout;
   bool out_trunc, err_trunc;
   bool cancelled; /* the cap expired before started */
+  watchdog *wd;   /* NULL: no timeout_seconds */
 } capture;
 
 static int cap_output(void *ud, sbx_stream st, const void *p, size_t n) {
@@ -95,6 +113,70 @@ static int cap_output(void *ud, sbx_stream st, const void *p, size_t n) {
 static void cap_started(void *ud, uint32_t pid) {
   capture *cp = ud;
   if (!mcp_call_running(cp->c, cp->s, pid)) cp->cancelled = true;
+  if (cp->wd) {
+    pthread_mutex_lock(&cp->wd->lock);
+    cp->wd->pid = pid;
+    pthread_cond_signal(&cp->wd->cond);
+    pthread_mutex_unlock(&cp->wd->lock);
+  }
+}
+
+static void *watchdog_thread(void *arg) {
+  watchdog *w = arg;
+  pthread_mutex_lock(&w->lock);
+  int rc = 0;
+  while (!w->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&w->cond, &w->lock, &w->until);
+  /* the kill is sent under the lock: exec cannot return and free s meanwhile */
+  if (!w->done && w->pid) {
+    sbx_error err;
+    w->fired = sbx_sandbox_kill(w->s, w->pid, 9, &err) == 0;
+  }
+  pthread_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+/* exec's optional inputs: env as KEY=VALUE strings, stdin as a memfd. */
+typedef struct {
+  const char **env; /* NULL-terminated; the strings are in envbuf */
+  char **envbuf;
+  size_t nenv;
+  int stdin_fd;
+} exec_inputs;
+
+static void inputs_free(exec_inputs *in) {
+  for (size_t i = 0; i < in->nenv; i++) sbx_free(in->envbuf[i]);
+  sbx_free(in->envbuf);
+  sbx_free(in->env);
+  if (in->stdin_fd >= 0) close(in->stdin_fd);
+}
+
+static int inputs_take(json_t *a, exec_inputs *in, sbx_error *err) {
+  *in = (exec_inputs){.stdin_fd = -1};
+  json_t *env = json_object_get(a, "env"), *v;
+  const char *k;
+  size_t n = json_object_size(env), i = 0;
+  if (n) {
+    in->env = sbx_calloc(n + 1, sizeof *in->env);
+    in->envbuf = sbx_calloc(n, sizeof *in->envbuf);
+  }
+  json_object_foreach(env, k, v) {
+    if (!*k || strchr(k, '=') || !json_is_string(v))
+      return sbx_err(err, SBX_E_INVAL, "exec: env \"%s\": names are non-empty without '=', values strings", k);
+    size_t kl = strlen(k), vl = strlen(json_string_value(v));
+    char *e = sbx_malloc(kl + vl + 2);
+    memcpy(e, k, kl);
+    e[kl] = '=';
+    memcpy(e + kl + 1, json_string_value(v), vl + 1);
+    in->env[i] = in->envbuf[i] = e;
+    in->nenv = ++i;
+  }
+  const char *input = arg_str(a, "stdin");
+  if (input) { /* a memfd: the whole input is there before the process starts */
+    in->stdin_fd = memfd_create("stdin", MFD_CLOEXEC);
+    if (in->stdin_fd < 0 || sbxi_write_all(in->stdin_fd, input, strlen(input)) < 0 || lseek(in->stdin_fd, 0, SEEK_SET) < 0)
+      return sbx_err_os(err, errno, "exec: stdin");
+  }
+  return 0;
 }
 
 static void capture_init(capture *cp, mcp_call *c, sbx_sandbox *s) {
@@ -124,21 +206,50 @@ static void capture_free(capture *cp) {
 }
 
 int mcp_exec(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *err) {
-  int rc;
+  exec_inputs in;
+  int rc = inputs_take(a, &in, err);
+  if (rc < 0) {
+    inputs_free(&in);
+    return rc;
+  }
   const char *argv[] = {"sh", "-c", arg_str(a, "command"), NULL};
-  sbx_exec_opts eo = SBX_EXEC_OPTS_INIT(.argv = argv, .cwd = arg_str(a, "cwd"));
+  sbx_exec_opts eo = SBX_EXEC_OPTS_INIT(.argv = argv, .cwd = arg_str(a, "cwd"), .env = in.env);
   capture cp;
   capture_init(&cp, c, s);
-  sbx_agent_exec_io io = {.on_output = cap_output, .on_started = cap_started, .ud = &cp, .stdin_fd = -1};
+  json_int_t secs = json_integer_value(json_object_get(a, "timeout_seconds"));
+  watchdog wd = {.lock = PTHREAD_MUTEX_INITIALIZER, .s = s};
+  pthread_t th;
+  if (secs > 0) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wd.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    clock_gettime(CLOCK_MONOTONIC, &wd.until);
+    wd.until.tv_sec += secs;
+    cp.wd = &wd;
+    if (pthread_create(&th, NULL, watchdog_thread, &wd) != 0) cp.wd = NULL;
+  }
+  sbx_agent_exec_io io = {.on_output = cap_output, .on_started = cap_started, .ud = &cp, .stdin_fd = in.stdin_fd};
   int code = 0;
   rc = sbx_sandbox_exec(s, &eo, &io, &code, err);
+  if (cp.wd) {
+    pthread_mutex_lock(&wd.lock);
+    wd.done = true;
+    pthread_cond_signal(&wd.cond);
+    pthread_mutex_unlock(&wd.lock);
+    pthread_join(th, NULL);
+  }
+  if (secs > 0) pthread_cond_destroy(&wd.cond);
   if (rc < 0) {
     mcp_explain("exec in", sbx_sandbox_id(s), err);
   } else {
     *out = capture_json(&cp);
     json_object_set_new(*out, "exit_code", json_integer(code));
+    json_object_set_new(*out, "timed_out", json_boolean(wd.fired));
   }
   capture_free(&cp);
+  inputs_free(&in);
   return rc;
 }
 
@@ -201,6 +312,25 @@ int mcp_kill(mcp_call *c, sbx_sandbox *s, json_t *a, json_t **out, sbx_error *er
   json_t *sig = json_object_get(a, "signal");
   int signo = sig ? (int)json_integer_value(sig) : 9;
   uint32_t pid = (uint32_t)json_integer_value(json_object_get(a, "pid"));
+  /* silkd accepts a kill of a pid it still tracks after the exit (and
+   * signals nothing): ask first, so the agent learns nothing was sent */
+  sbx_wire_resp resp;
+  if ((rc = sbx_sandbox_ps(s, &resp, err)) < 0) {
+    mcp_explain("kill in", sbx_sandbox_id(s), err);
+    return rc;
+  }
+  const char *why = "no such pid";
+  bool running = false;
+  for (size_t i = 0; i < resp.u.procs.len; i++) {
+    if (resp.u.procs.items[i].pid != pid) continue;
+    running = resp.u.procs.items[i].state == SBX_PROC_RUNNING;
+    why = "the process has already exited";
+  }
+  sbx_wire_resp_free(&resp);
+  if (!running) {
+    *out = json_pack("{s:I,s:i,s:b,s:s}", "pid", (json_int_t)pid, "signal", signo, "sent", 0, "reason", why);
+    return 0;
+  }
   rc = sbx_sandbox_kill(s, pid, signo, err);
   if (rc < 0) mcp_explain("kill in", sbx_sandbox_id(s), err);
   else *out = json_pack("{s:I,s:i,s:b}", "pid", (json_int_t)pid, "signal", signo, "sent", 1);

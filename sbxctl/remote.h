@@ -39,6 +39,13 @@ extern const rcmd sbxctl_cmds[];
 /* Print "sbxctl: <msg>" (one line) and return EXIT_FAIL. */
 int rfail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int rfail_err(const char *what, const sbx_error *err);
+/* "sbxctl: --ttl: expected seconds, got "abc"" then the usage: EXIT_USAGE. */
+int rbadopt(const char *cmd, const char *opt, const char *expected, const char *got);
+/* Whether exec's single argument is a shell command line (has a space or
+ * shell syntax) to run with sh -c. */
+bool is_shell_line(const char *s);
+/* The command name closest to a mistyped one, or NULL. */
+const char *sbxctl_suggest(const char *typed);
 /* "usage: ..." for the command on stderr, EXIT_USAGE. */
 int rusage(const char *cmd);
 /* --help for a command on stdout, 0. */
@@ -82,6 +89,9 @@ int cmd_session(rctx *r, int argc, char **argv);
 int cmd_cp(rctx *r, int argc, char **argv);
 int cmd_cat(rctx *r, int argc, char **argv);
 int cmd_put(rctx *r, int argc, char **argv);
+int cmd_stat(rctx *r, int argc, char **argv);
+/* ls ID:/path: a sandbox directory's entries. */
+int cmd_ls_path(rctx *r, const char *arg);
 int cmd_completion(rctx *r, int argc, char **argv);
 int cmd_find(rctx *r, int argc, char **argv);
 int cmd_replace(rctx *r, int argc, char **argv);
@@ -96,5 +106,6 @@ int cmd_promote(rctx *r, int argc, char **argv);
 int cmd_rm_checkpoint(rctx *r, int argc, char **argv);
 int cmd_git(rctx *r, int argc, char **argv);
 int cmd_lsp(rctx *r, int argc, char **argv);
+int cmd_port_forward(rctx *r, int argc, char **argv);
 
 #endif

@@ -361,7 +361,9 @@ int spawn_child(const struct spawn_opts *o, pid_t *pidp, sbx_error *err) {
   if (fail.stage) {
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    sbx_err_os(err, fail.err, "spawn");
+    /* the directory is named: a bad cwd and a missing program are both ENOENT */
+    if (fail.stage == 2) sbx_err_os(err, fail.err, "spawn: cwd %s", o->cwd);
+    else sbx_err_os(err, fail.err, "spawn");
     return err ? err->code : SBX_E_OS;
   }
   *pidp = pid;

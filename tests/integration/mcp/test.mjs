@@ -200,7 +200,11 @@ async function sdkSession() {
       assert.ok(t.description && !t.description.includes('\n'), `${t.name}: one-line description`);
       assert.equal(typeof t.annotations?.readOnlyHint, 'boolean', `${t.name}: readOnlyHint`);
       assert.equal(typeof t.annotations?.destructiveHint, 'boolean', `${t.name}: destructiveHint`);
+      // MCP 2025-06-18: every tool declares the shape of its structuredContent
+      assert.equal(t.outputSchema?.type, 'object', `${t.name}: outputSchema.type`);
+      ajv.compile(t.outputSchema);
     }
+    const outCheck = Object.fromEntries(tools.map((t) => [t.name, ajv.compile(t.outputSchema)]));
     const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
     for (const ro of ['read_file', 'list_dir', 'ps', 'logs', 'node_info', 'search']) assert.equal(byName[ro].annotations.readOnlyHint, true, ro);
     assert.equal(byName.replace.annotations.readOnlyHint, false, 'replace');
@@ -242,6 +246,18 @@ async function sdkSession() {
 
     r = ok(await call('exec', { sandbox_id: id, command: 'mkdir -p /tmp/mcp && pwd', cwd: '/tmp' }), 'exec cwd');
     assert.equal(r.stdout, '/tmp\n');
+    assert.ok(outCheck.exec(r), JSON.stringify(outCheck.exec.errors));
+
+    // env, stdin and timeout_seconds
+    r = ok(await call('exec', { sandbox_id: id, command: 'echo "$GREETING"; tr a-z A-Z', env: { GREETING: 'hello there' }, stdin: 'from stdin\n' }), 'exec env stdin');
+    assert.equal(r.stdout, 'hello there\nFROM STDIN\n');
+    assert.equal(r.timed_out, false);
+    r = ok(await call('exec', { sandbox_id: id, command: 'echo started; exec sleep 60', timeout_seconds: 1 }), 'exec timeout');
+    assert.equal(r.timed_out, true, JSON.stringify(r));
+    assert.equal(r.stdout, 'started\n');
+    assert.notEqual(r.exit_code, 0);
+    r = await call('exec', { sandbox_id: id, command: 'true', env: { 'A=B': 'x' } });
+    assert.equal(r.isError, true, 'an env name with = is refused');
 
     const content = 'hello from mcp\nline two: ünïcødé\n';
     r = await call('write_file', { sandbox_id: id, path: 'tmp/rel.txt', content });
@@ -292,7 +308,9 @@ async function sdkSession() {
     }
     assert.equal(lg.stdout, 'bg\n');
     assert.equal(lg.exited, false);
-    ok(await call('kill', { sandbox_id: id, pid: sp.pid }), 'kill');
+    const k1 = ok(await call('kill', { sandbox_id: id, pid: sp.pid }), 'kill');
+    assert.equal(k1.sent, true);
+    assert.ok(outCheck.kill(k1), JSON.stringify(outCheck.kill.errors));
     for (let i = 0; i < 50; i++) {
       lg = ok(await call('logs', { sandbox_id: id, pid: sp.pid }), 'logs');
       if (lg.exited) break;
@@ -301,6 +319,13 @@ async function sdkSession() {
     assert.equal(lg.stdout, 'bg\n');
     assert.equal(lg.exited, true);
     assert.equal(lg.exit_code, 137);
+    // a dead pid: nothing is sent, and the answer says so
+    const k2 = ok(await call('kill', { sandbox_id: id, pid: sp.pid }), 'kill of an exited pid');
+    assert.equal(k2.sent, false, JSON.stringify(k2));
+    assert.equal(k2.reason, 'the process has already exited');
+    const k3 = ok(await call('kill', { sandbox_id: id, pid: 999999 }), 'kill of an unknown pid');
+    assert.equal(k3.sent, false);
+    assert.equal(k3.reason, 'no such pid');
 
     // git tools on the host template's git, in the jail
     ok(await call('exec', { sandbox_id: id, command: 'mkdir -p /tmp/g && cd /tmp/g && git init -q -b main && echo one > a.txt' }), 'git init');
@@ -463,6 +488,9 @@ async function malformed() {
   assert.match(r.error.message, /longer than/);
   r = await s.request(15, 'initialize', { protocolVersion: '1999-01-01', capabilities: {}, clientInfo: { name: 'raw', version: '0' } });
   assert.equal(r.result.protocolVersion, '2025-06-18');
+  // an older client we speak is answered with its own version
+  r = await s.request(16, 'initialize', { protocolVersion: '2024-11-05', capabilities: {}, clientInfo: { name: 'raw', version: '0' } });
+  assert.equal(r.result.protocolVersion, '2024-11-05');
   s.proc.stdin.end();
   const { code } = await s.exited;
   assert.equal(code, 0, s.stderr);

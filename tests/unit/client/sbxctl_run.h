@@ -16,6 +16,7 @@
 #include "../../../sbxctl/cmd_sandbox.c"
 #include "../../../sbxctl/cmd_lifecycle.c"
 #include "../../../sbxctl/cmd_shell.c"
+#include "../../../sbxctl/cmd_portfwd.c"
 #include "../../../sbxctl/remote.c"
 #include "../../../sbxctl/remote_state.c"
 

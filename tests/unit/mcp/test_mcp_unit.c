@@ -312,6 +312,63 @@ static void test_unsupported_and_unknown(void **state) {
   mcp_registry_free(&reg);
 }
 
+/* MCP 2025-06-18: every tool declares its structuredContent's shape, and
+ * what it requires it declares. */
+static void test_output_schemas(void **state) {
+  (void)state;
+  json_t *tools = mcp_tools_list();
+  assert_non_null(tools);
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    json_t *os = json_object_get(t, "outputSchema");
+    if (!json_is_object(os)) fail_msg("%s has no outputSchema", name);
+    assert_string_equal(json_string_value(json_object_get(os, "type")), "object");
+    size_t r;
+    json_t *req;
+    json_array_foreach(json_object_get(os, "required"), r, req)
+        if (!json_object_get(json_object_get(os, "properties"), json_string_value(req)))
+            fail_msg("%s: required %s undeclared", name, json_string_value(req));
+  }
+  json_decref(tools);
+  assert_non_null(strstr(mcp_tool_output_schema("kill"), "\"sent\""));
+  assert_non_null(strstr(mcp_tool_output_schema("exec"), "\"timed_out\""));
+}
+
+/* A node whose driver answers the lifecycle verbs 501 is not offered them. */
+static void test_lifecycle_tools_hidden(void **state) {
+  (void)state;
+  json_t *all = mcp_tools_list_for(true), *some = mcp_tools_list_for(false);
+  assert_int_equal(json_array_size(all), 24);
+  assert_int_equal(json_array_size(some), 16);
+  size_t i;
+  json_t *t;
+  json_array_foreach(some, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    assert_false(mcp_tool_is_lifecycle(name));
+  }
+  for (const char *const *n = (const char *const[]){"fork", "hibernate", "wake", "checkpoint", "promote", NULL}; *n;
+       n++)
+    assert_true(mcp_tool_is_lifecycle(*n));
+  assert_false(mcp_tool_is_lifecycle("exec"));
+  json_decref(all);
+  json_decref(some);
+}
+
+/* exec's new arguments are declared (and so pass check_args). */
+static void test_exec_args(void **state) {
+  (void)state;
+  sbx_error err;
+  assert_int_equal(check("exec", "{\"sandbox_id\":\"s\",\"command\":\"c\",\"env\":{\"A\":\"1\"},"
+                                 "\"stdin\":\"x\",\"timeout_seconds\":5,\"cwd\":\"/\"}",
+                         &err),
+                   0);
+  assert_int_equal(check("exec", "{\"sandbox_id\":\"s\",\"command\":\"c\",\"timeout_seconds\":0}", &err),
+                   SBX_E_INVAL);
+  assert_int_equal(check("exec", "{\"sandbox_id\":\"s\",\"command\":\"c\",\"env\":\"A=1\"}", &err), SBX_E_INVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tool_table),
@@ -321,6 +378,9 @@ int main(void) {
       cmocka_unit_test(test_rpc_read),
       cmocka_unit_test(test_utf8_repair),
       cmocka_unit_test(test_unsupported_and_unknown),
+      cmocka_unit_test(test_output_schemas),
+      cmocka_unit_test(test_lifecycle_tools_hidden),
+      cmocka_unit_test(test_exec_args),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
