@@ -14,7 +14,7 @@
 
 /* Both drivers take "host" as built in and any other name as
  * <templates_dir>/<name>/rootfs (a directory, or a link to one, as
- * `sbxctl template` registers it); the qemu driver images that root. */
+ * a registered template leaves it); the qemu driver images that root. */
 static bool template_present(const char *templates_dir, const char *name) {
   if (strcmp(name, "host") == 0) return true;
   char root[PATH_MAX];
