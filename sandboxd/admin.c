@@ -14,10 +14,19 @@ json_t *node_info(struct sbxd *d) {
   sbx_pool_stat *st = sbx_calloc(n ? n : 1, sizeof *st);
   sbx_pool_mgr_stats(d->pm, st, n);
   json_t *pools = json_array();
-  for (size_t i = 0; i < n; i++)
-    json_array_append_new(pools, json_pack("{s:o,s:i,s:i,s:i,s:b}", "key", key_json(&st[i].key), "warm", st[i].warm,
-                                           "refilling", st[i].refilling, "target", st[i].target, "golden",
-                                           st[i].golden));
+  for (size_t i = 0; i < n; i++) {
+    json_t *po = json_pack("{s:o,s:i,s:i,s:i,s:b}", "key", key_json(&st[i].key), "warm", st[i].warm, "refilling",
+                           st[i].refilling, "target", st[i].target, "golden", st[i].golden);
+    /* Beyond NodeInfo: why a pool stays empty (a missing template, a
+     * golden that does not boot), until its next success. */
+    if (st[i].last_error[0]) {
+      char at[64];
+      fmt_time(st[i].last_error_at, 0, false, at, sizeof at);
+      json_object_set_new(po, "last_error", json_string_lossy(st[i].last_error, strlen(st[i].last_error)));
+      json_object_set_new(po, "last_error_at", json_string(at));
+    }
+    json_array_append_new(pools, po);
+  }
   sbx_free(st);
   json_int_t hib = 0;
   sbx_lease *l;
@@ -151,10 +160,6 @@ static void label(sbx_buf *b, const char *s) {
   }
 }
 
-static void metric_head(sbx_buf *b, const char *name, const char *type, const char *help) {
-  sbx_buf_printf(b, NULL, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
 /* Lifecycle counters: metric, help, the usage event that counts one. */
 static const char *const lifecycle_counters[][3] = {
     {"sandboxd_wakes_total", "Wakes completed.", "wake"},
@@ -258,6 +263,7 @@ void h_metrics(struct sbxd *d, struct http_req *req) {
     metric_head(&b, lifecycle_counters[i][0], "counter", lifecycle_counters[i][1]);
     sbx_buf_printf(&b, NULL, "%s %llu\n", lifecycle_counters[i][0], (unsigned long long)d->m.lifecycle[i]);
   }
+  metrics_write(d, &b);
   http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.ptr ? b.ptr : "", b.len, NULL);
   sbx_buf_free(&b);
 }

@@ -26,6 +26,29 @@ void reply_journal_error(struct http_req *req, const char *verb, const sbx_error
   reply_error(req, 500, msg);
 }
 
+/* ---- the access log: one line per claim, release, reap and failed claim ---- */
+
+static void access_log(sbx_log_level lvl, const char *ev, const char *id, const sbx_pool_key *k, const char *tenant,
+                       const char *tier, const char *dur_key, double dur, const char *error) {
+  char key[sizeof k->tmpl + sizeof k->net + sizeof k->size + 2];
+  snprintf(key, sizeof key, "%s|%s|%s", k->tmpl, k->net, k->size);
+  sbx_log_field f[6];
+  size_t n = 0;
+  if (id) f[n++] = SBX_LOG_STR("id", id);
+  f[n++] = SBX_LOG_STR("key", key);
+  if (tenant && tenant[0]) f[n++] = SBX_LOG_STR("tenant", tenant);
+  if (tier) f[n++] = SBX_LOG_STR("tier", tier);
+  f[n++] = SBX_LOG_NUM(dur_key, dur);
+  if (error) f[n++] = SBX_LOG_STR("error", error);
+  sbx_log_fields(lvl, f, n, "%s", ev);
+}
+
+/* A lease's age at its end, for the release and reap lines. */
+static void access_log_end(const char *ev, const sbx_lease *l) {
+  access_log(SBX_LOG_INFO, ev, l->id, &l->key, l->tenant, NULL, "held_seconds", (double)(now_unix() - l->claimed_at),
+             NULL);
+}
+
 /* ---- claim ---- */
 
 struct claim_op {
@@ -41,6 +64,16 @@ struct claim_op {
 static void claim_client_gone(void *arg) {
   struct claim_op *op = arg;
   op->client_gone = true;
+}
+
+/* A claim that gets no sandbox: logged with its cause, and answered
+ * with it (a missing template, a boot that failed), cut to fit. */
+static void claim_failed(struct claim_op *op, int status, const char *cause) {
+  double ms = (double)(sbx_now_ns() - op->started_ns) / 1e6;
+  access_log(SBX_LOG_WARN, "claim failed", NULL, &op->proto.key, op->proto.tenant, NULL, "duration_ms", ms, cause);
+  char msg[240];
+  snprintf(msg, sizeof msg, "provisioning failed: %.200s", cause);
+  reply_error(op->req, status, msg);
 }
 
 static void claim_commit(struct claim_op *op, struct inst *s, const char *tier) {
@@ -63,7 +96,7 @@ static void claim_commit(struct claim_op *op, struct inst *s, const char *tier) 
   if (sbx_lease_commit(d->leases, &op->proto, true, &l, &err) < 0) {
     sbx_lease_unreserve(d->leases, op->proto.tenant);
     sbx_pool_mgr_destroy(d->pm, s);
-    reply_error(op->req, 500, "provisioning failed");
+    claim_failed(op, 500, err.msg);
     return;
   }
   if (journal_put(d, l, &err) < 0 || usage_event(d, "claim", l, l->key.tmpl, &err) < 0) {
@@ -77,13 +110,13 @@ static void claim_commit(struct claim_op *op, struct inst *s, const char *tier) 
   journal_commit(d);
   watch_arm(d, l);
   double secs = (double)(sbx_now_ns() - op->started_ns) / 1e9;
-  d->m.claim_seconds += secs;
+  metrics_claim(&d->m, metrics_tier(tier), secs);
   if (strcmp(tier, "warm") == 0) d->m.claims_warm++;
   else if (strcmp(tier, "clone") == 0) d->m.claims_clone++;
   else d->m.claims_cold++;
   char dl[64];
   fmt_time(l->deadline, 0, false, dl, sizeof dl);
-  sbx_debug("claim %s tier %s vm %s in %.3f ms", l->id, tier, l->vm, secs * 1e3);
+  access_log(SBX_LOG_INFO, "claim", l->id, &l->key, l->tenant, tier, "duration_ms", secs * 1e3, NULL);
   durable_reply(d, op->req, "claim", 200,
                 json_pack("{s:s,s:s,s:s,s:s}", "id", l->id, "token", l->token, "deadline", dl, "owner_addr",
                           d->owner_addr));
@@ -100,9 +133,7 @@ static void claim_provisioned(void *arg, void *inst, const sbx_error *err) {
   if (!inst || op->client_gone || d->stopping) {
     sbx_lease_unreserve(d->leases, op->proto.tenant);
     if (inst) sbx_pool_mgr_destroy(d->pm, inst);
-    else sbx_warn("claim %s|%s|%s: provisioning failed: %s", op->proto.key.tmpl, op->proto.key.net,
-                  op->proto.key.size, err->msg);
-    reply_error(op->req, 500, "provisioning failed");
+    claim_failed(op, 500, inst ? (d->stopping ? "shutting down" : "client went away") : err->msg);
   } else {
     claim_commit(op, inst, op->pooled ? "clone" : "cold");
   }
@@ -285,10 +316,12 @@ void h_release(struct sbxd *d, struct http_req *req, const char *id) {
   sbx_lease *l = auth_sbx(d, req, id, true, "unknown sandbox");
   if (!l) return;
   sbx_error err;
+  sbx_lease gone = *l; /* for the log line: lease_end frees l (the copy's pointers are not used) */
   if (lease_end(d, l, "release", &err) < 0) {
     reply_journal_error(req, "release", &err);
     return;
   }
+  access_log_end("release", &gone);
   d->m.releases++;
   durable_reply(d, req, "release", 204, NULL);
 }
@@ -339,12 +372,13 @@ void reap_tick(struct sbxd *d) {
   for (size_t i = 0; i < sbx_lease_count(d->leases);) {
     sbx_lease *l = sbx_lease_at(d->leases, i);
     /* A reap the journal refuses waits for the next tick. */
-    char id[sizeof l->id];
-    memcpy(id, l->id, sizeof id);
-    if (l->deadline <= now && lease_end(d, l, "reap", &err) == 0) {
-      sbx_info("reaped %s (lease expired)", id); /* l is freed */
-      d->m.reaps++;
-      continue; /* removal moved another lease into slot i */
+    if (l->deadline <= now) {
+      sbx_lease gone = *l; /* for the log line: lease_end frees l */
+      if (lease_end(d, l, "reap", &err) == 0) {
+        access_log_end("reap", &gone);
+        d->m.reaps++;
+        continue; /* removal moved another lease into slot i */
+      }
     }
     i++;
   }

@@ -185,6 +185,7 @@ int config_parse_pools(const json_t *arr, bool from_api, const struct config *ba
           fail(errbuf, errlen, "%s: must be an object", field);
           goto bad;
         }
+        sbx_warn("config: %s is accepted but not acted on by this build", field);
       } else if (from_api && (strcmp(k, "egress") == 0 || strcmp(k, "warmup") == 0)) {
         fail(errbuf, errlen, "%s: owned by the config file, not settable here", field);
         goto bad;
@@ -384,7 +385,10 @@ static int parse_tenants(struct config *c, const json_t *arr, char *errbuf, size
       if (strcmp(k, "name") == 0) rc = get_str(v, what, &c->tenants[i].name, errbuf, errlen);
       else if (strcmp(k, "token") == 0) rc = get_str(v, what, &c->tenants[i].token, errbuf, errlen);
       else if (strcmp(k, "max_claims") == 0) rc = get_int(v, what, 0, &c->tenants[i].max_claims, errbuf, errlen);
-      else if (strcmp(k, "egress") == 0) rc = json_is_object(v) ? 0 : fail(errbuf, errlen, "%s: must be an object", what);
+      else if (strcmp(k, "egress") == 0) {
+        rc = json_is_object(v) ? 0 : fail(errbuf, errlen, "%s: must be an object", what);
+        if (rc == 0) sbx_warn("config: %s is accepted but not acted on by this build", what);
+      }
       else rc = fail(errbuf, errlen, "%s: unknown key", what);
       if (rc < 0) return rc;
     }
@@ -503,6 +507,16 @@ static const struct {
     {"archive_delete_after_seconds", JSON_INTEGER},
 };
 
+/* log_format: "text" (the default) or "json". Applied at once: it is
+ * the process's, and a reload changes it too. */
+static int parse_log_format(struct config *c, const json_t *v, char *errbuf, size_t errlen) {
+  const char *s = v ? json_string_value(v) : "text";
+  if (!s || (strcmp(s, "text") && strcmp(s, "json"))) return fail(errbuf, errlen, "log_format: must be \"text\" or \"json\"");
+  c->log_json = strcmp(s, "json") == 0;
+  sbx_log_set_format(c->log_json ? SBX_LOG_JSON : SBX_LOG_PLAIN);
+  return 0;
+}
+
 int config_parse(const char *text, size_t len, struct config **out, char *errbuf, size_t errlen) {
   json_error_t je;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -514,10 +528,14 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
     rc = fail(errbuf, errlen, "the configuration must be a JSON object");
     goto out;
   }
+  /* First, so that the warnings below come out in the configured format. */
+  if ((rc = parse_log_format(c, json_object_get(root, "log_format"), errbuf, errlen)) < 0) goto out;
   const char *k;
   json_t *v;
   json_object_foreach(root, k, v) {
-    if (strcmp(k, "listen") == 0) {
+    if (strcmp(k, "log_format") == 0) {
+      /* parsed above */
+    } else if (strcmp(k, "listen") == 0) {
       char *s = NULL;
       rc = get_str(v, k, &s, errbuf, errlen);
       if (rc == 0) rc = parse_listen(s, &c->listen_host, &c->listen_port, errbuf, errlen);

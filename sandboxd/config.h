@@ -49,6 +49,7 @@ struct config {
   int checkpoint_ttl_hours;   /* 0 = records are kept until deleted */
   bool sync_claims;
   bool audit_log;
+  bool log_json; /* log_format "json": one JSON object per line */
   /* Agent upgrades over a Unix agent channel pass the client socket to
    * silkd instead of relaying it (relay.c); false keeps the relay. */
   bool relay_handoff;
@@ -99,5 +100,10 @@ json_t *config_pools_json(const struct pool_cfg *p, size_t n);
 bool valid_name(const char *s); /* template / tenant / checkpoint names */
 bool valid_size(const char *s);
 bool valid_net(const char *s);
+
+/* --check-config's look at what the pools name: each template other than
+ * the built-in host must be registered under templates_dir. -1 with a
+ * message naming the first pool whose template is missing. */
+int config_check_templates(const struct config *c, char *errbuf, size_t errlen);
 
 #endif

@@ -97,6 +97,7 @@ static void send_kill(struct sbxd *d, const char *id, long pid) {
  * said `started` cannot name a pid yet: the op then lives on, answered,
  * until the pid arrives (or the kill budget runs out). */
 static void finish(struct exec_op *op, int status, json_t *body, bool kill) {
+  if (op->req) metrics_exec(&op->d->m, status, body);
   if (op->req) reply_json(op->req, status, body);
   else json_decref(body);
   op->req = NULL;

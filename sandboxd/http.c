@@ -55,6 +55,7 @@ struct http_server {
   http_head_fn head_fn;
   int reserve_fd; /* given up to accept and shed one connection on EMFILE */
   uint64_t upgrades[2]; /* taken over for an Upgrade: silkd, tcp */
+  uint64_t answers[6]; /* by status class, [1] to [5] */
   struct evbuffer *scratch; /* an answer on its way out (http_reply) */
 };
 
@@ -128,6 +129,7 @@ static int simple_answer(char *buf, size_t len, int status, const char *text) {
 static void write_simple(struct http_conn *c, int status, const char *text) {
   char buf[512];
   int n = simple_answer(buf, sizeof buf, status, text);
+  if (c->srv) c->srv->answers[status / 100 % 6]++;
   evbuffer_add(bufferevent_get_output(c->bev), buf, (size_t)n);
   bufferevent_enable(c->bev, EV_WRITE);
 }
@@ -467,6 +469,7 @@ void http_reply(struct http_req *req, int status, const char *ctype, const char 
   struct http_conn *c = req->conn;
   if (req->replied) return;
   req->replied = true;
+  if (c->srv) c->srv->answers[status >= 100 && status < 600 ? status / 100 : 5]++;
   if (c->dead) {
     http_req_free(req);
     sbx_free(c);
@@ -519,7 +522,10 @@ size_t http_pending_len(const struct http_req *req) {
 static void count_upgrade(struct http_conn *c, const struct http_req *req) {
   const char *up = http_header(req, "Upgrade");
   if (c->srv && up) c->srv->upgrades[http_token_in_list(up, "silkd") ? 0 : 1]++;
+  if (c->srv) c->srv->answers[1]++;
 }
+
+uint64_t http_server_answers(const struct http_server *s, int k) { return k >= 1 && k <= 5 ? s->answers[k] : 0; }
 
 uint64_t http_server_upgrades(const struct http_server *s, const char *proto) {
   return s->upgrades[strcmp(proto, "silkd") == 0 ? 0 : 1];

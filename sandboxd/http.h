@@ -86,6 +86,9 @@ size_t http_server_conns(const struct http_server *s);
 /* Connections taken over by http_upgrade or http_detach whose Upgrade
  * header named proto ("silkd"; anything else counts as "tcp"). */
 uint64_t http_server_upgrades(const struct http_server *s, const char *proto);
+/* Requests answered with a status of class k (1 to 5: 1xx to 5xx); an
+ * upgrade counts as 1xx. */
+uint64_t http_server_answers(const struct http_server *s, int k);
 
 const char *http_header(const struct http_req *req, const char *name);
 /* Query parameter value (percent-decoded into buf), or NULL. */

@@ -194,6 +194,15 @@ int main(int argc, char **argv) {
   }
   char warn[300];
   if (config_exposure_warning(d->cfg, warn, sizeof warn)) sbx_warn("%s", warn);
+  if (config_check_templates(d->cfg, msg, sizeof msg) < 0) {
+    /* At a start the pool stays empty and says why in /v1/info. */
+    if (check_only) {
+      fprintf(stderr, "sandboxd: config: %s\n", msg);
+      config_free(d->cfg);
+      return 2;
+    }
+    sbx_warn("config: %s", msg);
+  }
   if (check_only) {
     const char *h = d->cfg->listen_host;
     printf("config ok: listen %s%s%s:%d, %s mode\n", strchr(h, ':') ? "[" : "", h[0] ? h : "0.0.0.0",

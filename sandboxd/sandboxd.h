@@ -22,9 +22,16 @@
 #define TTL_MAX 86400
 #define EXEC_OUTPUT_MAX (8 * 1024 * 1024)
 
+#define METRICS_CLAIM_BUCKETS 16
+#define METRICS_EXEC_OUTCOMES 5
+
 struct metrics {
   uint64_t claims_warm, claims_clone, claims_cold;
   double claim_seconds;
+  /* per tier (metrics_tier): the histogram of claim durations */
+  uint64_t claim_bucket[3][METRICS_CLAIM_BUCKETS], claim_count[3];
+  double claim_sum[3];
+  uint64_t execs[METRICS_EXEC_OUTCOMES]; /* metrics_exec's outcomes */
   uint64_t releases, reaps;
   uint64_t journal_errors; /* journal writes that failed (journal.c) */
   uint64_t lifecycle[8];   /* transitions by usage event, in admin.c's order */
@@ -173,6 +180,15 @@ void metrics_event(struct sbxd *d, const char *ev);
 json_t *node_info(struct sbxd *d);
 int apply_pools(struct sbxd *d, struct pool_cfg *p, size_t n, sbx_error *err); /* takes p */
 int recover(struct sbxd *d, sbx_error *err);
+
+/* ---- metrics.c ---- */
+void metric_head(sbx_buf *b, const char *name, const char *type, const char *help);
+int metrics_tier(const char *tier); /* warm 0, clone 1, cold 2 */
+void metrics_claim(struct metrics *m, int tier, double secs);
+/* An exec's answer: its status and body (exit_code when 200). */
+void metrics_exec(struct metrics *m, int status, const json_t *body);
+/* The histogram, exec and request outcomes, build and process series. */
+void metrics_write(struct sbxd *d, sbx_buf *b);
 
 /* ---- main.c ---- */
 /* Arm the deferred refill kick the pool manager asked for, if any. */

@@ -369,3 +369,10 @@ int spawn_child(const struct spawn_opts *o, pid_t *pidp, sbx_error *err) {
   *pidp = pid;
   return 0;
 }
+
+const char *silkd_shell(void) {
+  static const char *const bash[] = {"/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"};
+  for (size_t i = 0; i < sizeof bash / sizeof *bash; i++)
+    if (access(bash[i], X_OK) == 0) return bash[i];
+  return "/bin/sh";
+}

@@ -111,7 +111,7 @@ void verb_pty_open(struct conn *c, sbx_wire_req *req) {
     return;
   }
   const char *shell = getenv("SHELL");
-  if (!shell || !*shell) shell = "/bin/bash";
+  if (!shell || !*shell) shell = silkd_shell();
   const char *argv[] = {shell, "-i", NULL};
   o.argv = argv;
   o.envp = env_build(&q->env, home, q->user);

@@ -361,7 +361,7 @@ void verb_session_create(struct conn *c, sbx_wire_req *req) {
     }
     return;
   }
-  const char *argv[] = {"bash", NULL};
+  const char *argv[] = {silkd_shell(), NULL};
   struct spawn_opts o = {.argv = argv, .envp = env_build(NULL, NULL, NULL), .fd0 = in[0], .fd1 = out[1], .fd2 = devnull,
                          .new_pgrp = true};
   pid_t pid;

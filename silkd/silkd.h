@@ -134,6 +134,9 @@ struct spawn_opts {
 /* vfork + exec; chdir/exec failures come back (in memory the vfork child
  * shares) before we answer started. err->os_errno holds the errno on failure. */
 int spawn_child(const struct spawn_opts *o, pid_t *pid, sbx_error *err);
+/* The shell of pty_open and of sessions: bash where the root has one,
+ * else /bin/sh (the qemu driver's host template is busybox only). */
+const char *silkd_shell(void);
 /* Passwd lookup without NSS (static binary): /etc/passwd only. */
 int user_lookup(const char *name, uid_t *uid, gid_t *gid, char **home);
 

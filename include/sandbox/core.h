@@ -71,6 +71,21 @@ sbx_log_level sbx_log_get_level(void);
 int sbx_log_level_parse(const char *s);
 void sbx_log(sbx_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sbx_log_fd(int fd); /* where lines go; stderr by default */
+/* Sets the format alone (a config file read after sbx_log_setup). */
+void sbx_log_set_format(sbx_log_format fmt);
+
+/* A line with structured fields: members of the JSON object in the JSON
+ * format, " key=value" after the message in plain text. A field with str
+ * NULL is the number num. */
+typedef struct sbx_log_field {
+  const char *key;
+  const char *str;
+  double num;
+} sbx_log_field;
+#define SBX_LOG_STR(k, v) ((sbx_log_field){(k), (v), 0})
+#define SBX_LOG_NUM(k, v) ((sbx_log_field){(k), NULL, (double)(v)})
+void sbx_log_fields(sbx_log_level level, const sbx_log_field *fields, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #define sbx_error_log(...) sbx_log(SBX_LOG_ERROR, __VA_ARGS__)
 #define sbx_warn(...) sbx_log(SBX_LOG_WARN, __VA_ARGS__)

@@ -78,6 +78,10 @@ typedef struct sbx_pool_stat {
   bool golden;   /* prepare succeeded */
   bool preparing; /* prepare in flight */
   unsigned failures; /* consecutive refill failures */
+  /* The most recent failed golden build, refill or claim provision of
+   * this key ("" = none since the last success) and when (unix seconds). */
+  char last_error[200];
+  int64_t last_error_at;
 } sbx_pool_stat;
 
 /* workers: the provisioning budget (refill_concurrency). */

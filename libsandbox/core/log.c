@@ -2,6 +2,7 @@
  * in a stack buffer and written with one write(2), so lines from threads and
  * processes sharing the fd never interleave. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -29,6 +30,7 @@ void sbx_log_setup(const char *component, sbx_log_level level, sbx_log_format fm
 void sbx_log_set_level(sbx_log_level level) { log_level = level; }
 sbx_log_level sbx_log_get_level(void) { return log_level; }
 void sbx_log_fd(int fd) { log_fd = fd; }
+void sbx_log_set_format(sbx_log_format fmt) { log_format = fmt; }
 
 int sbx_log_level_parse(const char *s) {
   for (int i = 0; i < 4; i++)
@@ -61,13 +63,45 @@ static size_t json_escape(char *dst, size_t cap, const char *src) {
   return o;
 }
 
-void sbx_log(sbx_log_level level, const char *fmt, ...) {
-  if (level > log_level) return;
+/* Appends to a line being built, never past cap - 2 (room for the end). */
+struct line {
+  char *p;
+  size_t n, cap;
+};
+
+static void put(struct line *l, const char *s, size_t n) {
+  if (l->n + 2 >= l->cap) return;
+  if (n > l->cap - 2 - l->n) n = l->cap - 2 - l->n;
+  memcpy(l->p + l->n, s, n);
+  l->n += n;
+}
+
+static void puts_(struct line *l, const char *s) { put(l, s, strlen(s)); }
+
+static void put_json_str(struct line *l, const char *s) {
+  puts_(l, "\"");
+  if (l->n + 2 < l->cap) l->n += json_escape(l->p + l->n, l->cap - 3 - l->n, s);
+  puts_(l, "\"");
+}
+
+/* JSON has no NaN or infinity; %.15g keeps durations and counts exact. */
+static void put_num(struct line *l, double v, bool json) {
+  char b[40];
+  if (v != v || v > 1e300 || v < -1e300) snprintf(b, sizeof b, "%s", json ? "null" : "-");
+  else snprintf(b, sizeof b, "%.15g", v);
+  puts_(l, b);
+}
+
+/* A plain-text value is quoted when it would not read as one word. */
+static void put_plain_str(struct line *l, const char *s) {
+  bool quote = !*s || strpbrk(s, " \t\n\"=") != NULL;
+  if (quote) put_json_str(l, s);
+  else puts_(l, s);
+}
+
+static void emit(sbx_log_level level, const sbx_log_field *f, size_t nf, const char *fmt, va_list ap) {
   char msg[LOG_LINE_MAX / 2];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
 
   struct timeval tv;
   gettimeofday(&tv, NULL);
@@ -77,21 +111,68 @@ void sbx_log(sbx_log_level level, const char *fmt, ...) {
   size_t tl = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
   snprintf(ts + tl, sizeof ts - tl, ".%03ldZ", (long)(tv.tv_usec / 1000));
 
-  char line[LOG_LINE_MAX];
-  size_t n;
+  char buf[LOG_LINE_MAX], pid[24];
+  struct line l = {buf, 0, sizeof buf};
   const char *lvl = level_names[level <= SBX_LOG_DEBUG ? level : SBX_LOG_DEBUG];
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
   if (log_format == SBX_LOG_JSON) {
-    n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"comp\":\"%s\",\"msg\":\"", ts, lvl,
-                         log_component);
-    if (n < sizeof line) n += json_escape(line + n, sizeof line - n - 3, msg);
-    if (n > sizeof line - 3) n = sizeof line - 3;
-    memcpy(line + n, "\"}\n", 3);
-    n += 3;
+    puts_(&l, "{\"time\":\"");
+    puts_(&l, ts);
+    puts_(&l, "\",\"level\":\"");
+    puts_(&l, lvl);
+    puts_(&l, "\",\"pid\":");
+    puts_(&l, pid);
+    puts_(&l, ",\"component\":");
+    put_json_str(&l, log_component);
+    puts_(&l, ",\"message\":");
+    put_json_str(&l, msg);
+    for (size_t i = 0; i < nf; i++) {
+      puts_(&l, ",");
+      put_json_str(&l, f[i].key);
+      puts_(&l, ":");
+      if (f[i].str) put_json_str(&l, f[i].str);
+      else put_num(&l, f[i].num, true);
+    }
+    /* A line cut at the cap still closes its object (a string cut short
+     * loses its quote: the reader sees the cut). */
+    l.cap += 2;
+    puts_(&l, "}");
   } else {
-    int k = snprintf(line, sizeof line, "%s %s %s[%d]: %s\n", ts, lvl, log_component, (int)getpid(), msg);
-    n = k < 0 ? 0 : (size_t)k >= sizeof line ? sizeof line - 1 : (size_t)k;
-    if (n == sizeof line - 1) line[n - 1] = '\n';
+    puts_(&l, ts);
+    puts_(&l, " ");
+    puts_(&l, lvl);
+    puts_(&l, " ");
+    puts_(&l, log_component);
+    puts_(&l, "[");
+    puts_(&l, pid);
+    puts_(&l, "]: ");
+    puts_(&l, msg);
+    for (size_t i = 0; i < nf; i++) {
+      puts_(&l, " ");
+      puts_(&l, f[i].key);
+      puts_(&l, "=");
+      if (f[i].str) put_plain_str(&l, f[i].str);
+      else put_num(&l, f[i].num, false);
+    }
+    l.cap += 2;
   }
-  ssize_t ignored = write(log_fd, line, n);
+  buf[l.n++] = '\n';
+  ssize_t ignored = write(log_fd, buf, l.n);
   (void)ignored;
+}
+
+void sbx_log(sbx_log_level level, const char *fmt, ...) {
+  if (level > log_level) return;
+  va_list ap;
+  va_start(ap, fmt);
+  emit(level, NULL, 0, fmt, ap);
+  va_end(ap);
+}
+
+void sbx_log_fields(sbx_log_level level, const sbx_log_field *fields, size_t n, const char *fmt, ...) {
+  if (level > log_level) return;
+  va_list ap;
+  va_start(ap, fmt);
+  emit(level, fields, n, fmt, ap);
+  va_end(ap);
 }

@@ -105,4 +105,16 @@ unsigned long long sbxi_proc_starttime(pid_t pid);
  * forever. SBX_E_TIMEOUT naming the sandbox id if it is still running. */
 int sbxi_pidfd_wait(int pidfd, int timeout_ms, const char *id, sbx_error *err);
 
+/* ---- the readiness probe in steps (ready.c) ---- */
+#define SBXI_INFO_FRAME_MAX 4096
+struct sbxi_ready_buf {
+  size_t len;
+  char buf[SBXI_INFO_FRAME_MAX + 1];
+};
+/* Send the info request. */
+int sbxi_ready_send(int fd, sbx_error *err);
+/* Read what has arrived, without blocking: 1 once the info answer is
+ * complete, 0 while more is to come, -1 on an error or another answer. */
+int sbxi_ready_recv(int fd, struct sbxi_ready_buf *b, sbx_error *err);
+
 #endif

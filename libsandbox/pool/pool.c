@@ -3,6 +3,7 @@
  * provider calls run on the workers (see workq.c). */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <sandbox/core.h>
 #include <sandbox/pool.h>
@@ -39,6 +40,8 @@ struct pool {
   double lead_s;       /* provision lead time, EWMA */
   bool have_lead;
   uint64_t above_since_ns; /* 0 = not above target */
+  char last_error[200];    /* what sbx_pool_stat shows; "" after a success */
+  int64_t last_error_at;
 };
 
 struct sbx_pool_mgr {
@@ -54,6 +57,13 @@ struct sbx_pool_mgr {
   bool at_capacity;
   char capacity_reason[128];
 };
+
+/* Operators read a pool's trouble from its stats (sandboxd's /v1/info),
+ * not only from the log. */
+static void note_error(struct pool *p, const char *what, const sbx_error *err) {
+  snprintf(p->last_error, sizeof p->last_error, "%s: %.*s", what, (int)sizeof p->last_error - 32, err->msg);
+  p->last_error_at = (int64_t)time(NULL);
+}
 
 bool sbx_pool_key_eq(const sbx_pool_key *a, const sbx_pool_key *b) {
   return strcmp(a->tmpl, b->tmpl) == 0 && strcmp(a->net, b->net) == 0 && strcmp(a->size, b->size) == 0;
@@ -218,10 +228,12 @@ static void prepare_done(void *arg, bool cancelled) {
   if (!cancelled) {
     if (j->rc == 0) {
       p->golden = true;
+      p->last_error[0] = '\0';
       sbx_pool_mgr_kick(j->m);
     } else {
       sbx_warn("pool %s|%s|%s: golden build failed: %s", p->conf.key.tmpl, p->conf.key.net, p->conf.key.size,
                j->err.msg);
+      note_error(p, "golden build failed", &j->err);
       p->prepare_retry_ns = sbx_now_ns() + PREPARE_RETRY_NS;
     }
   }
@@ -264,6 +276,7 @@ static void refill_done(void *arg, bool cancelled) {
   if (j->rc == 0) {
     p->failures = 0;
     p->backoff_ns = 0;
+    p->last_error[0] = '\0';
     m->at_capacity = false;
     m->capacity_reason[0] = '\0';
     learn_lead(p, j->ended_ns - j->started_ns);
@@ -280,6 +293,7 @@ static void refill_done(void *arg, bool cancelled) {
     p->failures++;
     sbx_warn("pool %s|%s|%s: refill failed (%u in a row): %s", p->conf.key.tmpl, p->conf.key.net,
              p->conf.key.size, p->failures, j->err.msg);
+    note_error(p, "refill failed", &j->err);
     if (p->failures >= FAIL_LIMIT) {
       p->backoff_ns = p->backoff_ns ? p->backoff_ns * 2 : BACKOFF_MIN_NS;
       if (p->backoff_ns > BACKOFF_MAX_NS) p->backoff_ns = BACKOFF_MAX_NS;
@@ -492,7 +506,9 @@ size_t sbx_pool_mgr_stats(const sbx_pool_mgr *m, sbx_pool_stat *out, size_t max)
                                .target = pool_target(p),
                                .golden = p->golden,
                                .preparing = p->preparing,
-                               .failures = p->failures};
+                               .failures = p->failures,
+                               .last_error_at = p->last_error_at};
+      memcpy(out[n].last_error, p->last_error, sizeof out[n].last_error);
     }
     n++;
   }
@@ -534,8 +550,9 @@ static void prov_done(void *arg, bool cancelled) {
   } else {
     /* A clone on a miss teaches the lead time too; without it a pool at
      * warm 0 would never learn one and never grow (§5.2). */
-    struct pool *p = j->rc == 0 ? find_pool(j->m, &j->key) : NULL;
-    if (p) learn_lead(p, j->ended_ns - j->started_ns);
+    struct pool *p = find_pool(j->m, &j->key);
+    if (p && j->rc == 0) learn_lead(p, j->ended_ns - j->started_ns);
+    else if (p) note_error(p, "claim provision failed", &j->err);
     j->done(j->arg, j->rc == 0 ? j->inst : NULL, &j->err);
   }
   sbx_free(j);

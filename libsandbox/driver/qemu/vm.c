@@ -292,30 +292,109 @@ static bool vm_alive(sbx_instance *s) {
   return poll(&p, 1, 0) == 0;
 }
 
-/* The user-net forward accepts on the host before the guest listens (and
- * then drops the connection), so readiness is an answered info, retried. */
+/* Readiness is an answered info, and a probe sent too early is never
+ * answered: the user-net forward accepts on the host before the guest
+ * listens and then holds the connection without delivering it. One probe
+ * at a time with a long bound made every cold boot read as that bound
+ * (2 s, or 4 s, whatever the boot took). So probes overlap: a new one
+ * every PROBE_GAP (10 ms, growing to 100 ms), each kept up to PROBE_LIFE
+ * so a slow answer on a loaded host still counts, at most PROBES of them;
+ * the first answer is readiness. Boot to ready then reads as it is, to
+ * within one gap. */
+#define PROBES 16
+#define PROBE_LIFE_MS 2000
+#define PROBE_GAP_MIN_MS 10
+#define PROBE_GAP_MAX_MS 100
+
+struct probe {
+  int fd;
+  uint64_t born_ns;
+  struct sbxi_ready_buf b;
+};
+
+static void probe_drop(struct probe *p, size_t *n, size_t i) {
+  close(p[i].fd);
+  p[i] = p[--*n]; /* order does not matter but for the oldest, found by age */
+}
+
+/* A new probe in flight, the oldest dropped when all slots are taken. */
+static void probe_add(sbx_instance *s, struct probe *p, size_t *n, uint64_t now, sbx_error *last) {
+  if (*n == PROBES) {
+    size_t old = 0;
+    for (size_t i = 1; i < *n; i++)
+      if (p[i].born_ns < p[old].born_ns) old = i;
+    probe_drop(p, n, old);
+  }
+  sbx_err_clear(last);
+  int fd = qemu_vm_agent_dial(s, last);
+  if (fd < 0) return;
+  if (sbxi_ready_send(fd, last) < 0) {
+    close(fd);
+    return;
+  }
+  p[*n].fd = fd;
+  p[*n].born_ns = now;
+  p[*n].b.len = 0;
+  (*n)++;
+}
+
+/* Read every probe that poll found readable: 1 when one was answered. */
+static int probes_read(struct probe *p, size_t *n, const struct pollfd *pf, size_t npf, sbx_error *last) {
+  for (size_t k = npf; k-- > 0;) { /* from the end: a drop moves the last probe into slot k */
+    if (!pf[k].revents) continue;
+    sbx_error e = {0};
+    int rc = sbxi_ready_recv(p[k].fd, &p[k].b, &e);
+    if (rc == 1) return 1;
+    if (rc < 0) {
+      *last = e;
+      probe_drop(p, n, k);
+    }
+  }
+  return 0;
+}
+
 int qemu_vm_wait_ready(sbx_instance *s, int timeout_ms, sbx_error *err) {
   uint64_t deadline = sbx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-  int rc = 0;
+  struct probe *p = sbx_calloc(PROBES, sizeof *p);
+  size_t n = 0;
+  uint64_t gap_ms = PROBE_GAP_MIN_MS, next_ns = 0;
   sbx_error last = {0};
+  int rc;
   for (;;) {
-    if (!vm_alive(s)) return sbx_err(err, SBX_E_REMOTE, "qemu for %s exited during boot", s->hdr.id);
-    sbx_err_clear(&last);
-    int fd = qemu_vm_agent_dial(s, &last);
+    if (!vm_alive(s)) {
+      rc = sbx_err(err, SBX_E_REMOTE, "qemu for %s exited during boot", s->hdr.id);
+      break;
+    }
     uint64_t now = sbx_now_ns();
-    int left = now >= deadline ? 0 : (int)((deadline - now) / 1000000ull);
-    if (fd >= 0) {
-      rc = sbx_ready_probe(fd, left < 2000 ? (left > 0 ? left : 1) : 2000, &last);
-      close(fd);
-      if (rc == 0) return 0;
-    }
-    if (sbx_now_ns() >= deadline) {
+    if (now >= deadline) {
       rc = sbx_err(err, SBX_E_TIMEOUT, "silkd in %s did not answer within %d ms (%s)", s->hdr.id, timeout_ms,
-                   last.msg);
-      return rc;
+                   last.msg[0] ? last.msg : "no answer to the info probe");
+      break;
     }
-    usleep(fd >= 0 ? 5000 : 20000);
+    if (now >= next_ns) {
+      probe_add(s, p, &n, now, &last);
+      next_ns = now + gap_ms * 1000000ull;
+      gap_ms = gap_ms * 2 > PROBE_GAP_MAX_MS ? PROBE_GAP_MAX_MS : gap_ms * 2;
+    }
+    for (size_t i = n; i-- > 0;)
+      if (now - p[i].born_ns >= PROBE_LIFE_MS * 1000000ull) probe_drop(p, &n, i);
+    struct pollfd pf[PROBES];
+    for (size_t i = 0; i < n; i++) pf[i] = (struct pollfd){p[i].fd, POLLIN, 0};
+    uint64_t until = next_ns < deadline ? next_ns : deadline;
+    int wait_ms = until > now ? (int)((until - now + 999999) / 1000000) : 0;
+    int pr = poll(pf, n, wait_ms);
+    if (pr < 0 && errno != EINTR) {
+      rc = sbx_err_os(err, errno, "poll");
+      break;
+    }
+    if (pr > 0 && probes_read(p, &n, pf, n, &last) == 1) {
+      rc = 0;
+      break;
+    }
   }
+  while (n) probe_drop(p, &n, n - 1);
+  sbx_free(p);
+  return rc;
 }
 
 static int code_of(int status) {

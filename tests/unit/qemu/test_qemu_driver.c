@@ -244,6 +244,47 @@ static void test_two_clones(void **state) {
   assert_int_equal(left, 0);
 }
 
+static int collect_out(void *ud, sbx_stream stream, const void *data, size_t n) {
+  if (stream == SBX_STREAM_STDOUT) sbx_buf_add(ud, data, n, NULL);
+  return 0;
+}
+
+/* The host template is busybox: a shell session (what `sbxctl exec
+ * --session` and `sbxctl shell` need) runs on its /bin/sh, state kept
+ * between commands. */
+static void test_host_shell_session(void **state) {
+  (void)state;
+  sbx_instance *s = clone_one("qsh");
+  int fd = -1;
+  sbx_error err = {0};
+  assert_int_equal(sbx_sandbox_connect(s, &fd, &err), 0);
+  sbx_agent *a = NULL;
+  assert_int_equal(sbx_agent_open(fd, &a, &err), 0);
+  sbx_agent_set_timeout(a, 60000);
+  char id[128];
+  sbx_req_session_create sc = {.id = "ops"};
+  if (sbx_agent_session_create(a, &sc, id, sizeof id, &err) < 0) fail_msg("session_create: %s", err.msg);
+  /* argv words are quoted by silkd; eval runs a string in the session. */
+  static const char *const cmds[][4] = {{"sh", "-c", "echo ok", "ok\n"},
+                                        {"eval", "cd /tmp && X=kept", NULL, ""},
+                                        {"eval", "echo $X $PWD", NULL, "kept /tmp\n"}};
+  for (size_t i = 0; i < 3; i++) {
+    const char *argv[] = {cmds[i][0], cmds[i][1], cmds[i][2]};
+    const char *want = cmds[i][3];
+    sbx_req_exec ex = {.argv = {.items = argv, .len = cmds[i][2] ? 3 : 2}, .session = id};
+    sbx_buf o = SBX_BUF_INIT(1 << 16);
+    sbx_agent_exec_io io = {.on_output = collect_out, .ud = &o, .stdin_fd = -1};
+    int code = -1;
+    if (sbx_agent_exec(a, &ex, &io, &code, &err) < 0) fail_msg("exec in session: %s", err.msg);
+    assert_int_equal(code, 0);
+    if (o.len != strlen(want) || (o.len && memcmp(o.ptr, want, o.len))) fail_msg("%s: got \"%.*s\"", argv[1], (int)o.len, o.ptr ? o.ptr : "");
+    sbx_buf_free(&o);
+  }
+  assert_int_equal(sbx_agent_session_rm(a, id, &err), 0);
+  sbx_agent_close(a);
+  assert_int_equal(sbx_sandbox_destroy(s, &err), 0);
+}
+
 /* A QEMU that dies is reported by wait and cleaned up by destroy; no
  * zombie stays behind. */
 static void test_crash_reported(void **state) {
@@ -524,6 +565,7 @@ int main(void) {
       cmocka_unit_test(test_restore_modes),
       cmocka_unit_test(test_dir_template),
       cmocka_unit_test(test_two_clones),
+      cmocka_unit_test(test_host_shell_session),
       cmocka_unit_test(test_crash_reported),
       cmocka_unit_test(test_reconcile),
   };
