@@ -340,12 +340,12 @@ int main(int argc, char **argv) {
   if (start_daemon(handoff) < 0) return 2;
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", sbxd.port);
-  sbx_client_opts co = {.addr = addr, .claim_timeout_ms = 300 * 1000};
+  sbx_client_opts co = SBX_CLIENT_OPTS_INIT(.addr = addr, .claim_timeout_ms = 300 * 1000);
   sbx_client *c;
   sbx_error err;
   if (sbx_client_new(&co, &c, &err) < 0) die("client", &err);
   sbx_sandbox *sb[64];
-  sbx_claim_opts clo = {.template_ = "host", .ttl_seconds = 900};
+  sbx_claim_opts clo = SBX_CLAIM_OPTS_INIT(.template_ = "host", .ttl_seconds = 900);
   for (int i = 0; i < nsb; i++)
     if (sbx_client_claim(c, &clo, &sb[i], &err) < 0) die("claim", &err);
   printf("bench-soak: sandboxd %s (%s), %d sandboxes, %d relays, %d execs, %d s\n", addr,
