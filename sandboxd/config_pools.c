@@ -1,0 +1,169 @@
+/* config_pools.c - the "pools" array (spec sandboxd-http.md §7.2-7.3), shared by
+ * the config file and PUT /v1/pools, and its JSON form for GET. */
+#include <stdio.h>
+#include <string.h>
+
+#include <sandbox/core.h>
+
+#include "config.h"
+#include "config_json.h"
+
+void config_free_pools(struct pool_cfg *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (p[i].warmup)
+      for (char **a = p[i].warmup; *a; a++) sbx_free(*a);
+    sbx_free(p[i].warmup);
+  }
+  sbx_free(p);
+}
+
+static char **dup_argv(char *const *argv) {
+  size_t n = 0;
+  while (argv[n]) n++;
+  char **o = sbx_calloc(n + 1, sizeof *o);
+  for (size_t i = 0; i < n; i++) o[i] = sbx_strdup(argv[i]);
+  return o;
+}
+
+int config_parse_pools(const json_t *arr, bool from_api, const struct config *base, struct pool_cfg **out,
+                       size_t *n_out, char *errbuf, size_t errlen) {
+  if (!json_is_array(arr)) return config_fail(errbuf, errlen, "pools: must be an array");
+  size_t n = json_array_size(arr);
+  if (n > 1024) return config_fail(errbuf, errlen, "pools: too many pools (at most 1024)");
+  struct pool_cfg *v = sbx_calloc(n ? n : 1, sizeof *v);
+  char what[64];
+  for (size_t i = 0; i < n; i++) {
+    const json_t *o = json_array_get(arr, i);
+    struct pool_cfg *p = &v[i];
+    snprintf(what, sizeof what, "pools[%zu]", i);
+    if (!json_is_object(o)) {
+      config_fail(errbuf, errlen, "%s: must be an object", what);
+      goto bad;
+    }
+    bool have_warm = false, have_max = false;
+    snprintf(p->pc.key.net, sizeof p->pc.key.net, "none");
+    snprintf(p->pc.key.size, sizeof p->pc.key.size, "small");
+    const char *k;
+    json_t *val;
+    json_object_foreach((json_t *)o, k, val) {
+      char field[96];
+      snprintf(field, sizeof field, "%s.%s", what, k);
+      int rc = 0;
+      if (strcmp(k, "template") == 0) {
+        if (!json_is_string(val) || !valid_name(json_string_value(val))) {
+          config_fail(errbuf, errlen, "%s: invalid template name", field);
+          goto bad;
+        }
+        snprintf(p->pc.key.tmpl, sizeof p->pc.key.tmpl, "%s", json_string_value(val));
+      } else if (strcmp(k, "net") == 0) {
+        if (!json_is_string(val) || !valid_net(json_string_value(val))) {
+          config_fail(errbuf, errlen, "%s: invalid net (none or egress)", field);
+          goto bad;
+        }
+        snprintf(p->pc.key.net, sizeof p->pc.key.net, "%s", json_string_value(val));
+      } else if (strcmp(k, "size") == 0) {
+        if (!json_is_string(val) || !valid_size(json_string_value(val))) {
+          config_fail(errbuf, errlen, "%s: invalid size (small, medium, large, xlarge, 2xlarge)", field);
+          goto bad;
+        }
+        snprintf(p->pc.key.size, sizeof p->pc.key.size, "%s", json_string_value(val));
+      } else if (strcmp(k, "warm") == 0) {
+        rc = config_get_int(val, field, 0, &p->pc.warm, errbuf, errlen);
+        have_warm = true;
+      } else if (strcmp(k, "warm_max") == 0) {
+        rc = config_get_int(val, field, 0, &p->pc.warm_max, errbuf, errlen);
+        have_max = true;
+      } else if (strcmp(k, "idle_hibernate_seconds") == 0) {
+        rc = config_get_int(val, field, 0, &p->idle_hibernate_seconds, errbuf, errlen);
+      } else if (strcmp(k, "archive_after_seconds") == 0) {
+        rc = config_get_int(val, field, 0, &p->archive_after_seconds, errbuf, errlen);
+      } else if (strcmp(k, "archive_delete_after_seconds") == 0) {
+        rc = config_get_int(val, field, 0, &p->archive_delete_after_seconds, errbuf, errlen);
+      } else if (!from_api && strcmp(k, "warmup") == 0) {
+        if (!json_is_array(val) || json_array_size(val) == 0) {
+          config_fail(errbuf, errlen, "%s: must be a non-empty array of strings", field);
+          goto bad;
+        }
+        p->warmup = sbx_calloc(json_array_size(val) + 1, sizeof *p->warmup);
+        for (size_t a = 0; a < json_array_size(val); a++) {
+          const json_t *s = json_array_get(val, a);
+          if (!json_is_string(s) || json_string_length(s) == 0) {
+            config_fail(errbuf, errlen, "%s[%zu]: must be a non-empty string", field, a);
+            goto bad;
+          }
+          p->warmup[a] = sbx_strdup(json_string_value(s));
+        }
+        /* The builder execs argv[0] as is, without a PATH search: a
+         * relative name would only fail at the golden build, far from here. */
+        if (p->warmup[0][0] != '/') {
+          config_fail(errbuf, errlen, "%s[0]: must be an absolute path, not \"%.64s\"", field, p->warmup[0]);
+          goto bad;
+        }
+      } else if (!from_api && strcmp(k, "egress") == 0) {
+        if (!json_is_object(val)) {
+          config_fail(errbuf, errlen, "%s: must be an object", field);
+          goto bad;
+        }
+      } else if (from_api && (strcmp(k, "egress") == 0 || strcmp(k, "warmup") == 0)) {
+        config_fail(errbuf, errlen, "%s: owned by the config file, not settable here", field);
+        goto bad;
+      } else {
+        config_fail(errbuf, errlen, "%s: unknown field", field);
+        goto bad;
+      }
+      if (rc < 0) goto bad;
+    }
+    if (!p->pc.key.tmpl[0]) {
+      config_fail(errbuf, errlen, "%s.template: required", what);
+      goto bad;
+    }
+    if (!have_warm && !have_max) p->pc.warm = 4;
+    if (p->pc.warm_max > 0 && p->pc.warm_max < p->pc.warm) {
+      config_fail(errbuf, errlen, "%s.warm_max: must be >= warm", what);
+      goto bad;
+    }
+    if (p->idle_hibernate_seconds > 0 && strcmp(p->pc.key.net, "egress") == 0) {
+      config_fail(errbuf, errlen, "%s.idle_hibernate_seconds: not allowed on an egress pool", what);
+      goto bad;
+    }
+    if ((p->archive_after_seconds > 0 &&
+         (p->idle_hibernate_seconds == 0 || p->archive_after_seconds <= p->idle_hibernate_seconds)) ||
+        (p->archive_delete_after_seconds > 0 && p->archive_after_seconds == 0)) {
+      config_fail(errbuf, errlen, "%s: bad archive window", what);
+      goto bad;
+    }
+    for (size_t k2 = 0; k2 < i; k2++) {
+      if (sbx_pool_key_eq(&v[k2].pc.key, &p->pc.key)) {
+        config_fail(errbuf, errlen, "%s: duplicate key %s|%s|%s", what, p->pc.key.tmpl, p->pc.key.net, p->pc.key.size);
+        goto bad;
+      }
+    }
+    if (from_api && base) {
+      for (size_t b = 0; b < base->npools; b++)
+        if (sbx_pool_key_eq(&base->pools[b].pc.key, &p->pc.key) && base->pools[b].warmup)
+          p->warmup = dup_argv(base->pools[b].warmup);
+    }
+  }
+  *out = v;
+  *n_out = n;
+  return 0;
+bad:
+  config_free_pools(v, n);
+  return -1;
+}
+
+json_t *config_pools_json(const struct pool_cfg *p, size_t n) {
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++) {
+    json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i}", "template", p[i].pc.key.tmpl, "net", p[i].pc.key.net, "size",
+                          p[i].pc.key.size, "warm", p[i].pc.warm, "warm_max", p[i].pc.warm_max);
+    if (p[i].idle_hibernate_seconds)
+      json_object_set_new(o, "idle_hibernate_seconds", json_integer(p[i].idle_hibernate_seconds));
+    if (p[i].archive_after_seconds)
+      json_object_set_new(o, "archive_after_seconds", json_integer(p[i].archive_after_seconds));
+    if (p[i].archive_delete_after_seconds)
+      json_object_set_new(o, "archive_delete_after_seconds", json_integer(p[i].archive_delete_after_seconds));
+    json_array_append_new(arr, o);
+  }
+  return arr;
+}
