@@ -18,7 +18,15 @@ static sbx_log_level log_level = SBX_LOG_INFO;
 static sbx_log_format log_format = SBX_LOG_PLAIN;
 static int log_fd = STDERR_FILENO;
 
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
+static const char *level_name(sbx_log_level level) {
+  switch (level) {
+  case SBX_LOG_ERROR: return "error";
+  case SBX_LOG_WARN: return "warn";
+  case SBX_LOG_INFO: return "info";
+  case SBX_LOG_DEBUG: break;
+  }
+  return "debug";
+}
 
 void sbx_log_setup(const char *component, sbx_log_level level, sbx_log_format fmt) {
   if (component) log_component = component;
@@ -31,8 +39,8 @@ sbx_log_level sbx_log_get_level(void) { return log_level; }
 void sbx_log_fd(int fd) { log_fd = fd; }
 
 int sbx_log_level_parse(const char *s) {
-  for (int i = 0; i < 4; i++)
-    if (strcasecmp(s, level_names[i]) == 0) return i;
+  for (int i = SBX_LOG_ERROR; i <= SBX_LOG_DEBUG; i++)
+    if (strcasecmp(s, level_name((sbx_log_level)i)) == 0) return i;
   if (strcasecmp(s, "warning") == 0) return SBX_LOG_WARN;
   return -1;
 }
@@ -79,7 +87,7 @@ void sbx_log(sbx_log_level level, const char *fmt, ...) {
 
   char line[LOG_LINE_MAX];
   size_t n;
-  const char *lvl = level_names[level <= SBX_LOG_DEBUG ? level : SBX_LOG_DEBUG];
+  const char *lvl = level_name(level);
   if (log_format == SBX_LOG_JSON) {
     n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"comp\":\"%s\",\"msg\":\"", ts, lvl,
                          log_component);

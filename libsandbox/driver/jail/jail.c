@@ -152,11 +152,8 @@ static int code_of(int status) {
 }
 
 static int report_error(const jail_plan *plan, const jail_report *r, sbx_error *err) {
-  if (r->op >= 0 && (size_t)r->op < plan->nops) {
-    static const char *const kinds[] = {"tmpfs", "mkdir", "overlay root", "overlay", "tmpfs", "devpts", "proc",
-                                        "bind device", "mask", "mask dir", "read-only", "symlink", "pivot_root"};
-    return sbx_err_os(err, r->errnum, "jail setup: %s %s", kinds[plan->ops[r->op].kind], r->what);
-  }
+  if (r->op >= 0 && (size_t)r->op < plan->nops)
+    return sbx_err_os(err, r->errnum, "jail setup: %s %s", jail_op_name(plan->ops[r->op].kind), r->what);
   return sbx_err_os(err, r->errnum, "jail setup: %s%s%s", jail_step_name(r->op), r->what[0] ? " " : "", r->what);
 }
 
