@@ -1,5 +1,5 @@
 /* config_json.h - typed JSON field readers shared by config.c and
- * config_pools.c. Each returns 0, or -1 with a message in errbuf. */
+ * config_pools.c. Each returns 0, or SBX_E_INVAL with err saying which field. */
 #ifndef SANDBOXD_CONFIG_JSON_H
 #define SANDBOXD_CONFIG_JSON_H
 
@@ -7,8 +7,9 @@
 
 #include <jansson.h>
 
-int config_fail(char *errbuf, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#include <sandbox/error.h>
+
 /* An integer >= min that fits an int; what names the field in the message. */
-int config_get_int(const json_t *v, const char *what, int min, int *out, char *errbuf, size_t errlen);
+int config_get_int(const json_t *v, const char *what, int min, int *out, sbx_error *err);
 
 #endif

@@ -26,10 +26,10 @@ static char **dup_argv(char *const *argv) {
 }
 
 int config_parse_pools(const json_t *arr, bool from_api, const struct config *base, struct pool_cfg **out,
-                       size_t *n_out, char *errbuf, size_t errlen) {
-  if (!json_is_array(arr)) return config_fail(errbuf, errlen, "pools: must be an array");
+                       size_t *n_out, sbx_error *err) {
+  if (!json_is_array(arr)) return sbx_err(err, SBX_E_INVAL, "pools: must be an array");
   size_t n = json_array_size(arr);
-  if (n > 1024) return config_fail(errbuf, errlen, "pools: too many pools (at most 1024)");
+  if (n > 1024) return sbx_err(err, SBX_E_INVAL, "pools: too many pools (at most 1024)");
   struct pool_cfg *v = sbx_calloc(n ? n : 1, sizeof *v);
   char what[64];
   for (size_t i = 0; i < n; i++) {
@@ -37,7 +37,7 @@ int config_parse_pools(const json_t *arr, bool from_api, const struct config *ba
     struct pool_cfg *p = &v[i];
     snprintf(what, sizeof what, "pools[%zu]", i);
     if (!json_is_object(o)) {
-      config_fail(errbuf, errlen, "%s: must be an object", what);
+      sbx_err(err, SBX_E_INVAL, "%s: must be an object", what);
       goto bad;
     }
     bool have_warm = false, have_max = false;
@@ -51,44 +51,44 @@ int config_parse_pools(const json_t *arr, bool from_api, const struct config *ba
       int rc = 0;
       if (strcmp(k, "template") == 0) {
         if (!json_is_string(val) || !valid_name(json_string_value(val))) {
-          config_fail(errbuf, errlen, "%s: invalid template name", field);
+          sbx_err(err, SBX_E_INVAL, "%s: invalid template name", field);
           goto bad;
         }
         snprintf(p->pc.key.tmpl, sizeof p->pc.key.tmpl, "%s", json_string_value(val));
       } else if (strcmp(k, "net") == 0) {
         if (!json_is_string(val) || !valid_net(json_string_value(val))) {
-          config_fail(errbuf, errlen, "%s: invalid net (none or egress)", field);
+          sbx_err(err, SBX_E_INVAL, "%s: invalid net (none or egress)", field);
           goto bad;
         }
         snprintf(p->pc.key.net, sizeof p->pc.key.net, "%s", json_string_value(val));
       } else if (strcmp(k, "size") == 0) {
         if (!json_is_string(val) || !valid_size(json_string_value(val))) {
-          config_fail(errbuf, errlen, "%s: invalid size (small, medium, large, xlarge, 2xlarge)", field);
+          sbx_err(err, SBX_E_INVAL, "%s: invalid size (small, medium, large, xlarge, 2xlarge)", field);
           goto bad;
         }
         snprintf(p->pc.key.size, sizeof p->pc.key.size, "%s", json_string_value(val));
       } else if (strcmp(k, "warm") == 0) {
-        rc = config_get_int(val, field, 0, &p->pc.warm, errbuf, errlen);
+        rc = config_get_int(val, field, 0, &p->pc.warm, err);
         have_warm = true;
       } else if (strcmp(k, "warm_max") == 0) {
-        rc = config_get_int(val, field, 0, &p->pc.warm_max, errbuf, errlen);
+        rc = config_get_int(val, field, 0, &p->pc.warm_max, err);
         have_max = true;
       } else if (strcmp(k, "idle_hibernate_seconds") == 0) {
-        rc = config_get_int(val, field, 0, &p->idle_hibernate_seconds, errbuf, errlen);
+        rc = config_get_int(val, field, 0, &p->idle_hibernate_seconds, err);
       } else if (strcmp(k, "archive_after_seconds") == 0) {
-        rc = config_get_int(val, field, 0, &p->archive_after_seconds, errbuf, errlen);
+        rc = config_get_int(val, field, 0, &p->archive_after_seconds, err);
       } else if (strcmp(k, "archive_delete_after_seconds") == 0) {
-        rc = config_get_int(val, field, 0, &p->archive_delete_after_seconds, errbuf, errlen);
+        rc = config_get_int(val, field, 0, &p->archive_delete_after_seconds, err);
       } else if (!from_api && strcmp(k, "warmup") == 0) {
         if (!json_is_array(val) || json_array_size(val) == 0) {
-          config_fail(errbuf, errlen, "%s: must be a non-empty array of strings", field);
+          sbx_err(err, SBX_E_INVAL, "%s: must be a non-empty array of strings", field);
           goto bad;
         }
         p->warmup = sbx_calloc(json_array_size(val) + 1, sizeof *p->warmup);
         for (size_t a = 0; a < json_array_size(val); a++) {
           const json_t *s = json_array_get(val, a);
           if (!json_is_string(s) || json_string_length(s) == 0) {
-            config_fail(errbuf, errlen, "%s[%zu]: must be a non-empty string", field, a);
+            sbx_err(err, SBX_E_INVAL, "%s[%zu]: must be a non-empty string", field, a);
             goto bad;
           }
           p->warmup[a] = sbx_strdup(json_string_value(s));
@@ -96,45 +96,45 @@ int config_parse_pools(const json_t *arr, bool from_api, const struct config *ba
         /* The builder execs argv[0] as is, without a PATH search: a
          * relative name would only fail at the golden build, far from here. */
         if (p->warmup[0][0] != '/') {
-          config_fail(errbuf, errlen, "%s[0]: must be an absolute path, not \"%.64s\"", field, p->warmup[0]);
+          sbx_err(err, SBX_E_INVAL, "%s[0]: must be an absolute path, not \"%.64s\"", field, p->warmup[0]);
           goto bad;
         }
       } else if (!from_api && strcmp(k, "egress") == 0) {
         if (!json_is_object(val)) {
-          config_fail(errbuf, errlen, "%s: must be an object", field);
+          sbx_err(err, SBX_E_INVAL, "%s: must be an object", field);
           goto bad;
         }
       } else if (from_api && (strcmp(k, "egress") == 0 || strcmp(k, "warmup") == 0)) {
-        config_fail(errbuf, errlen, "%s: owned by the config file, not settable here", field);
+        sbx_err(err, SBX_E_INVAL, "%s: owned by the config file, not settable here", field);
         goto bad;
       } else {
-        config_fail(errbuf, errlen, "%s: unknown field", field);
+        sbx_err(err, SBX_E_INVAL, "%s: unknown field", field);
         goto bad;
       }
       if (rc < 0) goto bad;
     }
     if (!p->pc.key.tmpl[0]) {
-      config_fail(errbuf, errlen, "%s.template: required", what);
+      sbx_err(err, SBX_E_INVAL, "%s.template: required", what);
       goto bad;
     }
     if (!have_warm && !have_max) p->pc.warm = 4;
     if (p->pc.warm_max > 0 && p->pc.warm_max < p->pc.warm) {
-      config_fail(errbuf, errlen, "%s.warm_max: must be >= warm", what);
+      sbx_err(err, SBX_E_INVAL, "%s.warm_max: must be >= warm", what);
       goto bad;
     }
     if (p->idle_hibernate_seconds > 0 && strcmp(p->pc.key.net, "egress") == 0) {
-      config_fail(errbuf, errlen, "%s.idle_hibernate_seconds: not allowed on an egress pool", what);
+      sbx_err(err, SBX_E_INVAL, "%s.idle_hibernate_seconds: not allowed on an egress pool", what);
       goto bad;
     }
     if ((p->archive_after_seconds > 0 &&
          (p->idle_hibernate_seconds == 0 || p->archive_after_seconds <= p->idle_hibernate_seconds)) ||
         (p->archive_delete_after_seconds > 0 && p->archive_after_seconds == 0)) {
-      config_fail(errbuf, errlen, "%s: bad archive window", what);
+      sbx_err(err, SBX_E_INVAL, "%s: bad archive window", what);
       goto bad;
     }
     for (size_t k2 = 0; k2 < i; k2++) {
       if (sbx_pool_key_eq(&v[k2].pc.key, &p->pc.key)) {
-        config_fail(errbuf, errlen, "%s: duplicate key %s|%s|%s", what, p->pc.key.tmpl, p->pc.key.net, p->pc.key.size);
+        sbx_err(err, SBX_E_INVAL, "%s: duplicate key %s|%s|%s", what, p->pc.key.tmpl, p->pc.key.net, p->pc.key.size);
         goto bad;
       }
     }
@@ -149,7 +149,7 @@ int config_parse_pools(const json_t *arr, bool from_api, const struct config *ba
   return 0;
 bad:
   config_free_pools(v, n);
-  return -1;
+  return SBX_E_INVAL;
 }
 
 json_t *config_pools_json(const struct pool_cfg *p, size_t n) {
