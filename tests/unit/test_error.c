@@ -65,6 +65,7 @@ static void test_cleanup_keeps_errno(void **state) {
     /* A descriptor number nothing has open: close fails with EBADF. */
     sbxi_cleanup_close int fd = 1 << 20;
     sbxi_cleanup_free char *p = sbx_strdup("owned");
+    assert_true(fd > 0);
     assert_non_null(p);
     errno = ENOENT;
   }
