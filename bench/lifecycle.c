@@ -44,7 +44,7 @@ static double pct(uint64_t *v, size_t n, double p) {
   return (double)v[i < n ? i : n - 1] / 1e6;
 }
 
-static void die(const char *what, const sbx_error *err) {
+static __attribute__((noreturn)) void die(const char *what, const sbx_error *err) {
   fprintf(stderr, "bench-lifecycle: %s: %s\n", what, err ? err->msg : "");
   exit(1);
 }

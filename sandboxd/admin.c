@@ -100,11 +100,11 @@ void h_pools(struct sbxd *d, struct http_req *req) {
   }
   struct pool_cfg *p;
   size_t n;
-  char msg[400];
-  int rc = config_parse_pools(arr, true, d->cfg, &p, &n, msg, sizeof msg);
+  sbx_error err;
+  int rc = config_parse_pools(arr, true, d->cfg, &p, &n, &err);
   json_decref(body);
   if (rc < 0) {
-    reply_error(req, 400, msg);
+    reply_error(req, 400, err.msg);
     return;
   }
   for (size_t i = 0; i < n; i++)
@@ -114,7 +114,6 @@ void h_pools(struct sbxd *d, struct http_req *req) {
       return;
     }
   /* Persist first: a set that cannot be saved is not applied (§4.18). */
-  sbx_error err;
   if (journal_write_pools(d, p, n, &err) < 0) {
     sbx_error_log("pools.json: %s", err.msg);
     config_free_pools(p, n);

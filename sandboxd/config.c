@@ -18,16 +18,9 @@
 #include <sandbox/driver.h>
 
 #include "config.h"
+#include "config_json.h"
+#include "core/cleanup.h"
 #include "core/path.h"
-
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(errbuf, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 bool valid_name(const char *s) {
   size_t n = strlen(s);
@@ -44,38 +37,38 @@ bool valid_size(const char *s) { return sbx_size_tier_get(s) != NULL; }
 
 bool valid_net(const char *s) { return strcmp(s, "none") == 0 || strcmp(s, "egress") == 0; }
 
-static int get_int(const json_t *v, const char *what, int min, int *out, char *errbuf, size_t errlen) {
-  if (!json_is_integer(v)) return fail(errbuf, errlen, "%s: must be an integer", what);
+int config_get_int(const json_t *v, const char *what, int min, int *out, sbx_error *err) {
+  if (!json_is_integer(v)) return sbx_err(err, SBX_E_INVAL, "%s: must be an integer", what);
   json_int_t i = json_integer_value(v);
-  if (i < min) return fail(errbuf, errlen, "%s: must be >= %d", what, min);
-  if (i > INT_MAX) return fail(errbuf, errlen, "%s: too large", what);
+  if (i < min) return sbx_err(err, SBX_E_INVAL, "%s: must be >= %d", what, min);
+  if (i > INT_MAX) return sbx_err(err, SBX_E_INVAL, "%s: too large", what);
   *out = (int)i;
   return 0;
 }
 
-static int get_str(const json_t *v, const char *what, char **out, char *errbuf, size_t errlen) {
-  if (!json_is_string(v)) return fail(errbuf, errlen, "%s: must be a string", what);
+static int get_str(const json_t *v, const char *what, char **out, sbx_error *err) {
+  if (!json_is_string(v)) return sbx_err(err, SBX_E_INVAL, "%s: must be a string", what);
   if (strlen(json_string_value(v)) != json_string_length(v))
-    return fail(errbuf, errlen, "%s: must not contain NUL", what);
+    return sbx_err(err, SBX_E_INVAL, "%s: must not contain NUL", what);
   sbx_free(*out);
   *out = sbx_strdup(json_string_value(v));
   return 0;
 }
 
-static int get_bool(const json_t *v, const char *what, bool *out, char *errbuf, size_t errlen) {
-  if (!json_is_boolean(v)) return fail(errbuf, errlen, "%s: must be true or false", what);
+static int get_bool(const json_t *v, const char *what, bool *out, sbx_error *err) {
+  if (!json_is_boolean(v)) return sbx_err(err, SBX_E_INVAL, "%s: must be true or false", what);
   *out = json_is_true(v);
   return 0;
 }
 
-static int parse_listen(const char *s, char **host, int *port, char *errbuf, size_t errlen) {
+static int parse_listen(const char *s, char **host, int *port, sbx_error *err) {
   const char *colon = strrchr(s, ':');
-  if (!colon) return fail(errbuf, errlen, "listen: \"%s\" is not host:port", s);
+  if (!colon) return sbx_err(err, SBX_E_INVAL, "listen: \"%s\" is not host:port", s);
   char *e;
   errno = 0;
   long p = strtol(colon + 1, &e, 10);
   if (errno || *e || e == colon + 1 || p < 0 || p > 65535)
-    return fail(errbuf, errlen, "listen: bad port in \"%s\"", s);
+    return sbx_err(err, SBX_E_INVAL, "listen: bad port in \"%s\"", s);
   size_t hl = (size_t)(colon - s);
   const char *h = s;
   if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
@@ -89,166 +82,6 @@ static int parse_listen(const char *s, char **host, int *port, char *errbuf, siz
   return 0;
 }
 
-void config_free_pools(struct pool_cfg *p, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    if (p[i].warmup)
-      for (char **a = p[i].warmup; *a; a++) sbx_free(*a);
-    sbx_free(p[i].warmup);
-  }
-  sbx_free(p);
-}
-
-static char **dup_argv(char *const *argv) {
-  size_t n = 0;
-  while (argv[n]) n++;
-  char **o = sbx_calloc(n + 1, sizeof *o);
-  for (size_t i = 0; i < n; i++) o[i] = sbx_strdup(argv[i]);
-  return o;
-}
-
-int config_parse_pools(const json_t *arr, bool from_api, const struct config *base, struct pool_cfg **out,
-                       size_t *n_out, char *errbuf, size_t errlen) {
-  if (!json_is_array(arr)) return fail(errbuf, errlen, "pools: must be an array");
-  size_t n = json_array_size(arr);
-  if (n > 1024) return fail(errbuf, errlen, "pools: too many pools (at most 1024)");
-  struct pool_cfg *v = sbx_calloc(n ? n : 1, sizeof *v);
-  char what[64];
-  for (size_t i = 0; i < n; i++) {
-    const json_t *o = json_array_get(arr, i);
-    struct pool_cfg *p = &v[i];
-    snprintf(what, sizeof what, "pools[%zu]", i);
-    if (!json_is_object(o)) {
-      fail(errbuf, errlen, "%s: must be an object", what);
-      goto bad;
-    }
-    bool have_warm = false, have_max = false;
-    snprintf(p->pc.key.net, sizeof p->pc.key.net, "none");
-    snprintf(p->pc.key.size, sizeof p->pc.key.size, "small");
-    const char *k;
-    json_t *val;
-    json_object_foreach((json_t *)o, k, val) {
-      char field[96];
-      snprintf(field, sizeof field, "%s.%s", what, k);
-      int rc = 0;
-      if (strcmp(k, "template") == 0) {
-        if (!json_is_string(val) || !valid_name(json_string_value(val))) {
-          fail(errbuf, errlen, "%s: invalid template name", field);
-          goto bad;
-        }
-        snprintf(p->pc.key.tmpl, sizeof p->pc.key.tmpl, "%s", json_string_value(val));
-      } else if (strcmp(k, "net") == 0) {
-        if (!json_is_string(val) || !valid_net(json_string_value(val))) {
-          fail(errbuf, errlen, "%s: invalid net (none or egress)", field);
-          goto bad;
-        }
-        snprintf(p->pc.key.net, sizeof p->pc.key.net, "%s", json_string_value(val));
-      } else if (strcmp(k, "size") == 0) {
-        if (!json_is_string(val) || !valid_size(json_string_value(val))) {
-          fail(errbuf, errlen, "%s: invalid size (small, medium, large, xlarge, 2xlarge)", field);
-          goto bad;
-        }
-        snprintf(p->pc.key.size, sizeof p->pc.key.size, "%s", json_string_value(val));
-      } else if (strcmp(k, "warm") == 0) {
-        rc = get_int(val, field, 0, &p->pc.warm, errbuf, errlen);
-        have_warm = true;
-      } else if (strcmp(k, "warm_max") == 0) {
-        rc = get_int(val, field, 0, &p->pc.warm_max, errbuf, errlen);
-        have_max = true;
-      } else if (strcmp(k, "idle_hibernate_seconds") == 0) {
-        rc = get_int(val, field, 0, &p->idle_hibernate_seconds, errbuf, errlen);
-      } else if (strcmp(k, "archive_after_seconds") == 0) {
-        rc = get_int(val, field, 0, &p->archive_after_seconds, errbuf, errlen);
-      } else if (strcmp(k, "archive_delete_after_seconds") == 0) {
-        rc = get_int(val, field, 0, &p->archive_delete_after_seconds, errbuf, errlen);
-      } else if (!from_api && strcmp(k, "warmup") == 0) {
-        if (!json_is_array(val) || json_array_size(val) == 0) {
-          fail(errbuf, errlen, "%s: must be a non-empty array of strings", field);
-          goto bad;
-        }
-        p->warmup = sbx_calloc(json_array_size(val) + 1, sizeof *p->warmup);
-        for (size_t a = 0; a < json_array_size(val); a++) {
-          const json_t *s = json_array_get(val, a);
-          if (!json_is_string(s) || json_string_length(s) == 0) {
-            fail(errbuf, errlen, "%s[%zu]: must be a non-empty string", field, a);
-            goto bad;
-          }
-          p->warmup[a] = sbx_strdup(json_string_value(s));
-        }
-        /* The builder execs argv[0] as is, without a PATH search: a
-         * relative name would only fail at the golden build, far from here. */
-        if (p->warmup[0][0] != '/') {
-          fail(errbuf, errlen, "%s[0]: must be an absolute path, not \"%.64s\"", field, p->warmup[0]);
-          goto bad;
-        }
-      } else if (!from_api && strcmp(k, "egress") == 0) {
-        if (!json_is_object(val)) {
-          fail(errbuf, errlen, "%s: must be an object", field);
-          goto bad;
-        }
-        sbx_warn("config: %s is accepted but not acted on by this build", field);
-      } else if (from_api && (strcmp(k, "egress") == 0 || strcmp(k, "warmup") == 0)) {
-        fail(errbuf, errlen, "%s: owned by the config file, not settable here", field);
-        goto bad;
-      } else {
-        fail(errbuf, errlen, "%s: unknown field", field);
-        goto bad;
-      }
-      if (rc < 0) goto bad;
-    }
-    if (!p->pc.key.tmpl[0]) {
-      fail(errbuf, errlen, "%s.template: required", what);
-      goto bad;
-    }
-    if (!have_warm && !have_max) p->pc.warm = 4;
-    if (p->pc.warm_max > 0 && p->pc.warm_max < p->pc.warm) {
-      fail(errbuf, errlen, "%s.warm_max: must be >= warm", what);
-      goto bad;
-    }
-    if (p->idle_hibernate_seconds > 0 && strcmp(p->pc.key.net, "egress") == 0) {
-      fail(errbuf, errlen, "%s.idle_hibernate_seconds: not allowed on an egress pool", what);
-      goto bad;
-    }
-    if ((p->archive_after_seconds > 0 &&
-         (p->idle_hibernate_seconds == 0 || p->archive_after_seconds <= p->idle_hibernate_seconds)) ||
-        (p->archive_delete_after_seconds > 0 && p->archive_after_seconds == 0)) {
-      fail(errbuf, errlen, "%s: bad archive window", what);
-      goto bad;
-    }
-    for (size_t k2 = 0; k2 < i; k2++) {
-      if (sbx_pool_key_eq(&v[k2].pc.key, &p->pc.key)) {
-        fail(errbuf, errlen, "%s: duplicate key %s|%s|%s", what, p->pc.key.tmpl, p->pc.key.net, p->pc.key.size);
-        goto bad;
-      }
-    }
-    if (from_api && base) {
-      for (size_t b = 0; b < base->npools; b++)
-        if (sbx_pool_key_eq(&base->pools[b].pc.key, &p->pc.key) && base->pools[b].warmup)
-          p->warmup = dup_argv(base->pools[b].warmup);
-    }
-  }
-  *out = v;
-  *n_out = n;
-  return 0;
-bad:
-  config_free_pools(v, n);
-  return -1;
-}
-
-json_t *config_pools_json(const struct pool_cfg *p, size_t n) {
-  json_t *arr = json_array();
-  for (size_t i = 0; i < n; i++) {
-    json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i}", "template", p[i].pc.key.tmpl, "net", p[i].pc.key.net, "size",
-                          p[i].pc.key.size, "warm", p[i].pc.warm, "warm_max", p[i].pc.warm_max);
-    if (p[i].idle_hibernate_seconds)
-      json_object_set_new(o, "idle_hibernate_seconds", json_integer(p[i].idle_hibernate_seconds));
-    if (p[i].archive_after_seconds)
-      json_object_set_new(o, "archive_after_seconds", json_integer(p[i].archive_after_seconds));
-    if (p[i].archive_delete_after_seconds)
-      json_object_set_new(o, "archive_delete_after_seconds", json_integer(p[i].archive_delete_after_seconds));
-    json_array_append_new(arr, o);
-  }
-  return arr;
-}
 
 static void free_qemu(struct config *c);
 
@@ -301,13 +134,13 @@ static struct config *config_new(void) {
 }
 
 /* Defaults that depend on other keys. */
-static int config_finish(struct config *c, char *errbuf, size_t errlen) {
+static int config_finish(struct config *c, sbx_error *err) {
   if (!c->data_dir) c->data_dir = sbx_strdup("/var/lib/sandboxd");
-  if (c->data_dir[0] != '/') return fail(errbuf, errlen, "data_dir: must be an absolute path");
+  if (c->data_dir[0] != '/') return sbx_err(err, SBX_E_INVAL, "data_dir: must be an absolute path");
   if (!c->templates_dir) {
     char buf[PATH_MAX];
     if (sbxi_path_fmt(buf, sizeof buf, NULL, "%s/templates", c->data_dir) < 0)
-      return fail(errbuf, errlen, "data_dir: too long");
+      return sbx_err(err, SBX_E_INVAL, "data_dir: too long");
     c->templates_dir = sbx_strdup(buf);
   }
   if (!c->jail_cgroup_root) c->jail_cgroup_root = sbx_strdup("sandbox");
@@ -316,18 +149,18 @@ static int config_finish(struct config *c, char *errbuf, size_t errlen) {
     long rc = cpus * 2 / 3;
     c->refill_concurrency = (int)(rc < 4 ? 4 : rc > 256 ? 256 : rc);
   }
-  if (c->ntenants && !c->api_token) return fail(errbuf, errlen, "tenants: need api_token");
+  if (c->ntenants && !c->api_token) return sbx_err(err, SBX_E_INVAL, "tenants: need api_token");
   for (size_t i = 0; i < c->ntenants; i++)
     for (size_t k = 0; k < i; k++) {
       if (strcmp(c->tenants[i].name, c->tenants[k].name) == 0)
-        return fail(errbuf, errlen, "tenants[%zu].name: duplicate \"%s\"", i, c->tenants[i].name);
+        return sbx_err(err, SBX_E_INVAL, "tenants[%zu].name: duplicate \"%s\"", i, c->tenants[i].name);
       if (strcmp(c->tenants[i].token, c->tenants[k].token) == 0)
-        return fail(errbuf, errlen, "tenants[%zu].token: duplicate token", i);
+        return sbx_err(err, SBX_E_INVAL, "tenants[%zu].token: duplicate token", i);
     }
   for (size_t i = 0; i < c->ntenants; i++)
     if (c->api_token && strcmp(c->tenants[i].token, c->api_token) == 0)
-      return fail(errbuf, errlen, "tenants[%zu].token: equals api_token", i);
-  return config_check_exposure(c, errbuf, errlen);
+      return sbx_err(err, SBX_E_INVAL, "tenants[%zu].token: equals api_token", i);
+  return config_check_exposure(c, err);
 }
 
 static bool loopback_host(const char *h) {
@@ -335,10 +168,10 @@ static bool loopback_host(const char *h) {
          strncmp(h, "::ffff:127.", 11) == 0;
 }
 
-int config_check_exposure(const struct config *c, char *errbuf, size_t errlen) {
+int config_check_exposure(const struct config *c, sbx_error *err) {
   if (c->api_token || c->allow_open_mode || loopback_host(c->listen_host)) return 0;
-  return fail(errbuf, errlen,
-              "listen: open mode (no api_token) on %s would serve the exec API to the network without "
+  return sbx_err(err, SBX_E_INVAL,
+                 "listen: open mode (no api_token) on %s would serve the exec API to the network without "
               "authentication; set api_token, listen on 127.0.0.1, or set allow_open_mode: true",
               c->listen_host[0] ? c->listen_host : "every address");
 }
@@ -352,7 +185,7 @@ const char *config_exposure_warning(const struct config *c, char *buf, size_t le
   return buf;
 }
 
-int config_default(struct config **out, char *errbuf, size_t errlen) {
+int config_default(struct config **out, sbx_error *err) {
   struct config *c = config_new();
   c->data_dir = default_data_dir();
   c->pools = sbx_calloc(1, sizeof *c->pools);
@@ -361,58 +194,59 @@ int config_default(struct config **out, char *errbuf, size_t errlen) {
   snprintf(c->pools[0].pc.key.net, sizeof c->pools[0].pc.key.net, "none");
   snprintf(c->pools[0].pc.key.size, sizeof c->pools[0].pc.key.size, "small");
   c->pools[0].pc.warm = 2;
-  if (config_finish(c, errbuf, errlen) < 0) {
+  int rc = config_finish(c, err);
+  if (rc < 0) {
     config_free(c);
-    return -1;
+    return rc;
   }
   *out = c;
   return 0;
 }
 
-static int parse_tenants(struct config *c, const json_t *arr, char *errbuf, size_t errlen) {
-  if (!json_is_array(arr)) return fail(errbuf, errlen, "tenants: must be an array");
+static int parse_tenants(struct config *c, const json_t *arr, sbx_error *err) {
+  if (!json_is_array(arr)) return sbx_err(err, SBX_E_INVAL, "tenants: must be an array");
   c->ntenants = json_array_size(arr);
   c->tenants = sbx_calloc(c->ntenants ? c->ntenants : 1, sizeof *c->tenants);
   for (size_t i = 0; i < c->ntenants; i++) {
     const json_t *o = json_array_get(arr, i);
     char what[64];
-    if (!json_is_object(o)) return fail(errbuf, errlen, "tenants[%zu]: must be an object", i);
+    if (!json_is_object(o)) return sbx_err(err, SBX_E_INVAL, "tenants[%zu]: must be an object", i);
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)o, k, v) {
       snprintf(what, sizeof what, "tenants[%zu].%s", i, k);
       int rc;
-      if (strcmp(k, "name") == 0) rc = get_str(v, what, &c->tenants[i].name, errbuf, errlen);
-      else if (strcmp(k, "token") == 0) rc = get_str(v, what, &c->tenants[i].token, errbuf, errlen);
-      else if (strcmp(k, "max_claims") == 0) rc = get_int(v, what, 0, &c->tenants[i].max_claims, errbuf, errlen);
+      if (strcmp(k, "name") == 0) rc = get_str(v, what, &c->tenants[i].name, err);
+      else if (strcmp(k, "token") == 0) rc = get_str(v, what, &c->tenants[i].token, err);
+      else if (strcmp(k, "max_claims") == 0) rc = config_get_int(v, what, 0, &c->tenants[i].max_claims, err);
       else if (strcmp(k, "egress") == 0) {
-        rc = json_is_object(v) ? 0 : fail(errbuf, errlen, "%s: must be an object", what);
+        rc = json_is_object(v) ? 0 : sbx_err(err, SBX_E_INVAL, "%s: must be an object", what);
         if (rc == 0) sbx_warn("config: %s is accepted but not acted on by this build", what);
       }
-      else rc = fail(errbuf, errlen, "%s: unknown key", what);
+      else rc = sbx_err(err, SBX_E_INVAL, "%s: unknown key", what);
       if (rc < 0) return rc;
     }
     if (!c->tenants[i].name || !valid_name(c->tenants[i].name))
-      return fail(errbuf, errlen, "tenants[%zu].name: required, and must match the name grammar", i);
+      return sbx_err(err, SBX_E_INVAL, "tenants[%zu].name: required, and must match the name grammar", i);
     if (!c->tenants[i].token || !c->tenants[i].token[0])
-      return fail(errbuf, errlen, "tenants[%zu].token: required and non-empty", i);
+      return sbx_err(err, SBX_E_INVAL, "tenants[%zu].token: required and non-empty", i);
   }
   return 0;
 }
 
-static int parse_jail(struct config *c, const json_t *o, char *errbuf, size_t errlen) {
-  if (!json_is_object(o)) return fail(errbuf, errlen, "jail: must be an object");
+static int parse_jail(struct config *c, const json_t *o, sbx_error *err) {
+  if (!json_is_object(o)) return sbx_err(err, SBX_E_INVAL, "jail: must be an object");
   const char *k;
   json_t *v;
   json_object_foreach((json_t *)o, k, v) {
     char what[64];
     snprintf(what, sizeof what, "jail.%s", k);
     int rc;
-    if (strcmp(k, "scratch_dir") == 0) rc = get_str(v, what, &c->jail_scratch_dir, errbuf, errlen);
-    else if (strcmp(k, "cgroup_root") == 0) rc = get_str(v, what, &c->jail_cgroup_root, errbuf, errlen);
-    else if (strcmp(k, "seccomp") == 0) rc = get_str(v, what, &c->jail_seccomp, errbuf, errlen);
-    else if (strcmp(k, "user_namespace") == 0) rc = get_bool(v, what, &c->jail_user_namespace, errbuf, errlen);
-    else rc = fail(errbuf, errlen, "%s: unknown key", what);
+    if (strcmp(k, "scratch_dir") == 0) rc = get_str(v, what, &c->jail_scratch_dir, err);
+    else if (strcmp(k, "cgroup_root") == 0) rc = get_str(v, what, &c->jail_cgroup_root, err);
+    else if (strcmp(k, "seccomp") == 0) rc = get_str(v, what, &c->jail_seccomp, err);
+    else if (strcmp(k, "user_namespace") == 0) rc = get_bool(v, what, &c->jail_user_namespace, err);
+    else rc = sbx_err(err, SBX_E_INVAL, "%s: unknown key", what);
     if (rc < 0) return rc;
   }
   return 0;
@@ -421,8 +255,8 @@ static int parse_jail(struct config *c, const json_t *o, char *errbuf, size_t er
 /* "qemu" (§7.4): the spec's keys (machine only as "microvm") plus this
  * build's guest_dir, guest_builder and agent. Values are checked here so a
  * bad one stops the daemon at start, not at the first clone. */
-static int parse_qemu(struct config *c, const json_t *o, char *errbuf, size_t errlen) {
-  if (!json_is_object(o)) return fail(errbuf, errlen, "qemu: must be an object");
+static int parse_qemu(struct config *c, const json_t *o, sbx_error *err) {
+  if (!json_is_object(o)) return sbx_err(err, SBX_E_INVAL, "qemu: must be an object");
   static const struct {
     const char *key, *one_of; /* one_of NULL: a path */
     size_t off;
@@ -445,20 +279,20 @@ static int parse_qemu(struct config *c, const json_t *o, char *errbuf, size_t er
     size_t i;
     for (i = 0; i < sizeof keys / sizeof *keys && strcmp(k, keys[i].key) != 0; i++) {
     }
-    if (i == sizeof keys / sizeof *keys) return fail(errbuf, errlen, "%s: unknown key", what);
+    if (i == sizeof keys / sizeof *keys) return sbx_err(err, SBX_E_INVAL, "%s: unknown key", what);
     char *s = NULL;
-    if (get_str(v, what, &s, errbuf, errlen) < 0) return -1;
+    if (get_str(v, what, &s, err) < 0) return SBX_E_INVAL;
     int rc = 0;
     if (keys[i].one_of) {
       bool ok = false;
       size_t n = strlen(s);
       for (const char *w = keys[i].one_of; *w && !ok; w += strcspn(w, "|"), w += *w == '|')
         ok = strcspn(w, "|") == n && strncmp(w, s, n) == 0;
-      if (!ok) rc = fail(errbuf, errlen, "%s: \"%s\" is not one of %s", what, s, keys[i].one_of);
+      if (!ok) rc = sbx_err(err, SBX_E_INVAL, "%s: \"%s\" is not one of %s", what, s, keys[i].one_of);
     } else if (s[0] != '/' && !(strcmp(k, "binary") == 0 && s[0] && !strchr(s, '/'))) {
       /* binary may also be a bare name, looked up in PATH as the spec's
        * default "qemu-system-x86_64" is */
-      rc = fail(errbuf, errlen, "%s: must be an absolute path", what);
+      rc = sbx_err(err, SBX_E_INVAL, "%s: must be an absolute path", what);
     }
     if (rc < 0 || !keys[i].off) {
       sbx_free(s);
@@ -509,27 +343,28 @@ static const struct {
 
 /* log_format: "text" (the default) or "json". Applied at once: it is
  * the process's, and a reload changes it too. */
-static int parse_log_format(struct config *c, const json_t *v, char *errbuf, size_t errlen) {
+static int parse_log_format(struct config *c, const json_t *v, sbx_error *err) {
   const char *s = v ? json_string_value(v) : "text";
-  if (!s || (strcmp(s, "text") && strcmp(s, "json"))) return fail(errbuf, errlen, "log_format: must be \"text\" or \"json\"");
+  if (!s || (strcmp(s, "text") && strcmp(s, "json")))
+    return sbx_err(err, SBX_E_INVAL, "log_format: must be \"text\" or \"json\"");
   c->log_json = strcmp(s, "json") == 0;
   sbx_log_set_format(c->log_json ? SBX_LOG_JSON : SBX_LOG_PLAIN);
   return 0;
 }
 
-int config_parse(const char *text, size_t len, struct config **out, char *errbuf, size_t errlen) {
+int config_parse(const char *text, size_t len, struct config **out, sbx_error *err) {
   json_error_t je;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root) return fail(errbuf, errlen, "line %d column %d: %s", je.line, je.column, je.text);
+  if (!root) return sbx_err(err, SBX_E_PARSE, "line %d column %d: %s", je.line, je.column, je.text);
   struct config *c = config_new();
   int rc = 0;
   json_t *pools = NULL;
   if (!json_is_object(root)) {
-    rc = fail(errbuf, errlen, "the configuration must be a JSON object");
+    rc = sbx_err(err, SBX_E_INVAL, "the configuration must be a JSON object");
     goto out;
   }
   /* First, so that the warnings below come out in the configured format. */
-  if ((rc = parse_log_format(c, json_object_get(root, "log_format"), errbuf, errlen)) < 0) goto out;
+  if ((rc = parse_log_format(c, json_object_get(root, "log_format"), err)) < 0) goto out;
   const char *k;
   json_t *v;
   json_object_foreach(root, k, v) {
@@ -537,141 +372,130 @@ int config_parse(const char *text, size_t len, struct config **out, char *errbuf
       /* parsed above */
     } else if (strcmp(k, "listen") == 0) {
       char *s = NULL;
-      rc = get_str(v, k, &s, errbuf, errlen);
-      if (rc == 0) rc = parse_listen(s, &c->listen_host, &c->listen_port, errbuf, errlen);
+      rc = get_str(v, k, &s, err);
+      if (rc == 0) rc = parse_listen(s, &c->listen_host, &c->listen_port, err);
       sbx_free(s);
     } else if (strcmp(k, "data_dir") == 0) {
-      rc = get_str(v, k, &c->data_dir, errbuf, errlen);
+      rc = get_str(v, k, &c->data_dir, err);
     } else if (strcmp(k, "driver") == 0) {
-      rc = get_str(v, k, &c->driver, errbuf, errlen);
+      rc = get_str(v, k, &c->driver, err);
       if (rc == 0 && strcmp(c->driver, "jail") && strcmp(c->driver, "qemu") && strcmp(c->driver, "auto"))
-        rc = fail(errbuf, errlen, "driver: \"%s\" is not one of jail, qemu, auto", c->driver);
+        rc = sbx_err(err, SBX_E_INVAL, "driver: \"%s\" is not one of jail, qemu, auto", c->driver);
     } else if (strcmp(k, "templates_dir") == 0) {
-      rc = get_str(v, k, &c->templates_dir, errbuf, errlen);
+      rc = get_str(v, k, &c->templates_dir, err);
     } else if (strcmp(k, "checkpoint_dir") == 0) {
-      rc = get_str(v, k, &c->checkpoint_dir, errbuf, errlen);
+      rc = get_str(v, k, &c->checkpoint_dir, err);
     } else if (strcmp(k, "checkpoint_ttl_hours") == 0) {
-      rc = get_int(v, k, 0, &c->checkpoint_ttl_hours, errbuf, errlen);
+      rc = config_get_int(v, k, 0, &c->checkpoint_ttl_hours, err);
     } else if (strcmp(k, "advertise_addr") == 0) {
-      rc = get_str(v, k, &c->advertise_addr, errbuf, errlen);
+      rc = get_str(v, k, &c->advertise_addr, err);
     } else if (strcmp(k, "client_advertise") == 0) {
-      rc = get_str(v, k, &c->client_advertise, errbuf, errlen);
+      rc = get_str(v, k, &c->client_advertise, err);
       if (rc == 0 && strncmp(c->client_advertise, "http://", 7) && strncmp(c->client_advertise, "https://", 8))
-        rc = fail(errbuf, errlen, "client_advertise: must be an http(s)://host[:port] origin");
+        rc = sbx_err(err, SBX_E_INVAL, "client_advertise: must be an http(s)://host[:port] origin");
     } else if (strcmp(k, "api_token") == 0) {
-      rc = get_str(v, k, &c->api_token, errbuf, errlen);
-      if (rc == 0 && !c->api_token[0]) rc = fail(errbuf, errlen, "api_token: must not be empty");
+      rc = get_str(v, k, &c->api_token, err);
+      if (rc == 0 && !c->api_token[0]) rc = sbx_err(err, SBX_E_INVAL, "api_token: must not be empty");
     } else if (strcmp(k, "allow_open_mode") == 0) {
-      rc = get_bool(v, k, &c->allow_open_mode, errbuf, errlen);
+      rc = get_bool(v, k, &c->allow_open_mode, err);
     } else if (strcmp(k, "tenants") == 0) {
-      rc = parse_tenants(c, v, errbuf, errlen);
+      rc = parse_tenants(c, v, err);
     } else if (strcmp(k, "max_claims") == 0) {
-      rc = get_int(v, k, 0, &c->max_claims, errbuf, errlen);
+      rc = config_get_int(v, k, 0, &c->max_claims, err);
     } else if (strcmp(k, "max_fork_count") == 0) {
-      rc = get_int(v, k, 1, &c->max_fork_count, errbuf, errlen);
+      rc = config_get_int(v, k, 1, &c->max_fork_count, err);
     } else if (strcmp(k, "refill_concurrency") == 0) {
-      rc = get_int(v, k, 1, &c->refill_concurrency, errbuf, errlen);
-      if (rc == 0 && c->refill_concurrency > 256) rc = fail(errbuf, errlen, "refill_concurrency: at most 256");
+      rc = config_get_int(v, k, 1, &c->refill_concurrency, err);
+      if (rc == 0 && c->refill_concurrency > 256) rc = sbx_err(err, SBX_E_INVAL, "refill_concurrency: at most 256");
     } else if (strcmp(k, "idle_hibernate_seconds") == 0) {
-      rc = get_int(v, k, 0, &c->idle_hibernate_seconds, errbuf, errlen);
+      rc = config_get_int(v, k, 0, &c->idle_hibernate_seconds, err);
     } else if (strcmp(k, "archive_after_seconds") == 0) {
-      rc = get_int(v, k, 0, &c->archive_after_seconds, errbuf, errlen);
+      rc = config_get_int(v, k, 0, &c->archive_after_seconds, err);
     } else if (strcmp(k, "archive_delete_after_seconds") == 0) {
-      rc = get_int(v, k, 0, &c->archive_delete_after_seconds, errbuf, errlen);
+      rc = config_get_int(v, k, 0, &c->archive_delete_after_seconds, err);
     } else if (strcmp(k, "release_delay_seconds") == 0) {
-      rc = get_int(v, k, 0, &c->release_delay_seconds, errbuf, errlen);
+      rc = config_get_int(v, k, 0, &c->release_delay_seconds, err);
     } else if (strcmp(k, "sync_claims") == 0) {
-      rc = get_bool(v, k, &c->sync_claims, errbuf, errlen);
+      rc = get_bool(v, k, &c->sync_claims, err);
     } else if (strcmp(k, "audit_log") == 0) {
-      rc = get_bool(v, k, &c->audit_log, errbuf, errlen);
+      rc = get_bool(v, k, &c->audit_log, err);
     } else if (strcmp(k, "relay_handoff") == 0) {
-      rc = get_bool(v, k, &c->relay_handoff, errbuf, errlen);
+      rc = get_bool(v, k, &c->relay_handoff, err);
     } else if (strcmp(k, "reserve_claim_cpu") == 0) {
-      rc = get_bool(v, k, &c->reserve_claim_cpu, errbuf, errlen);
+      rc = get_bool(v, k, &c->reserve_claim_cpu, err);
     } else if (strcmp(k, "max_connections") == 0) {
-      rc = get_int(v, k, 0, &c->max_connections, errbuf, errlen);
+      rc = config_get_int(v, k, 0, &c->max_connections, err);
     } else if (strcmp(k, "head_timeout_seconds") == 0) {
-      rc = get_int(v, k, 1, &c->head_timeout_seconds, errbuf, errlen);
+      rc = config_get_int(v, k, 1, &c->head_timeout_seconds, err);
     } else if (strcmp(k, "body_timeout_seconds") == 0) {
-      rc = get_int(v, k, 1, &c->body_timeout_seconds, errbuf, errlen);
+      rc = config_get_int(v, k, 1, &c->body_timeout_seconds, err);
     } else if (strcmp(k, "jail") == 0) {
-      rc = parse_jail(c, v, errbuf, errlen);
+      rc = parse_jail(c, v, err);
     } else if (strcmp(k, "qemu") == 0) {
-      rc = parse_qemu(c, v, errbuf, errlen);
+      rc = parse_qemu(c, v, err);
     } else if (strcmp(k, "pools") == 0) {
       pools = v;
     } else if (strcmp(k, "bridge") == 0 || strcmp(k, "network") == 0) {
-      rc = fail(errbuf, errlen, "%s: retired key; use %ss", k, k);
+      rc = sbx_err(err, SBX_E_INVAL, "%s: retired key; use %ss", k, k);
     } else {
       size_t i;
       for (i = 0; i < sizeof inert_keys / sizeof *inert_keys; i++) {
         if (strcmp(k, inert_keys[i].key) != 0) continue;
         json_type t = json_typeof(v);
         if (t == JSON_FALSE) t = JSON_TRUE;
-        if (t != inert_keys[i].type) rc = fail(errbuf, errlen, "%s: wrong type", k);
+        if (t != inert_keys[i].type) rc = sbx_err(err, SBX_E_INVAL, "%s: wrong type", k);
         else sbx_warn("config: %s is accepted but not acted on by this build", k);
         break;
       }
-      if (i == sizeof inert_keys / sizeof *inert_keys) rc = fail(errbuf, errlen, "unknown key \"%s\"", k);
+      if (i == sizeof inert_keys / sizeof *inert_keys) rc = sbx_err(err, SBX_E_INVAL, "unknown key \"%s\"", k);
     }
     if (rc < 0) goto out;
   }
   if (json_object_get(root, "bridges") && json_object_get(root, "networks")) {
-    rc = fail(errbuf, errlen, "bridges and networks cannot both be set");
+    rc = sbx_err(err, SBX_E_INVAL, "bridges and networks cannot both be set");
     goto out;
   }
   if (json_object_get(root, "preview_listen") && !json_object_get(root, "preview_secret")) {
-    rc = fail(errbuf, errlen, "preview_listen: needs preview_secret");
+    rc = sbx_err(err, SBX_E_INVAL, "preview_listen: needs preview_secret");
     goto out;
   }
   if (pools) {
-    rc = config_parse_pools(pools, false, NULL, &c->pools, &c->npools, errbuf, errlen);
+    rc = config_parse_pools(pools, false, NULL, &c->pools, &c->npools, err);
     if (rc < 0) goto out;
     bool attach = json_object_get(root, "bridges") || json_object_get(root, "networks");
     for (size_t i = 0; i < c->npools; i++)
       if (strcmp(c->pools[i].pc.key.net, "egress") == 0 && !attach) {
-        rc = fail(errbuf, errlen, "pools[%zu]: an egress pool needs bridges or networks", i);
+        rc = sbx_err(err, SBX_E_INVAL, "pools[%zu]: an egress pool needs bridges or networks", i);
         goto out;
       }
   }
-  rc = config_finish(c, errbuf, errlen);
+  rc = config_finish(c, err);
 out:
   json_decref(root);
   if (rc < 0) {
     config_free(c);
-    return -1;
+    return rc;
   }
   *out = c;
   return 0;
 }
 
-int config_load_file(const char *path, struct config **out, char *errbuf, size_t errlen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(errbuf, errlen, "%s: %s", path, strerror(errno));
-  sbx_buf b = SBX_BUF_INIT(CONFIG_FILE_MAX);
+int config_load_file(const char *path, struct config **out, sbx_error *err) {
+  sbxi_cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return sbx_err_os(err, errno, "%s", path);
+  sbxi_cleanup_buf sbx_buf b = SBX_BUF_INIT(CONFIG_FILE_MAX);
   for (;;) {
     char *w;
-    sbx_error err;
-    if (sbx_buf_reserve(&b, 65536, &w, &err) < 0) {
-      close(fd);
-      sbx_buf_free(&b);
-      return fail(errbuf, errlen, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
-    }
+    if (sbx_buf_reserve(&b, 65536, &w, NULL) < 0)
+      return sbx_err(err, SBX_E_TOOBIG, "%s: larger than %d bytes", path, CONFIG_FILE_MAX);
     ssize_t r = read(fd, w, 65536);
     if (r < 0) {
       if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      sbx_buf_free(&b);
-      return fail(errbuf, errlen, "%s: %s", path, strerror(e));
+      return sbx_err_os(err, errno, "%s", path);
     }
     if (r == 0) break;
     sbx_buf_commit(&b, (size_t)r);
   }
-  close(fd);
-  char msg[512];
-  int rc = config_parse(b.ptr ? b.ptr : "", b.len, out, msg, sizeof msg);
-  sbx_buf_free(&b);
-  if (rc < 0) return fail(errbuf, errlen, "%s: %s", path, msg);
-  return 0;
+  int rc = config_parse(b.ptr ? b.ptr : "", b.len, out, err);
+  return rc < 0 ? sbx_err_wrap(err, "%s", path) : 0;
 }

@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include <sandbox/error.h>
 #include <sandbox/pool.h>
 
 #define CONFIG_FILE_MAX (4 * 1024 * 1024)
@@ -74,25 +75,28 @@ struct config {
   } qemu;
 };
 
+/* Each returns 0, or a negative sbx_code with err saying what is wrong:
+ * SBX_E_INVAL for a bad value, SBX_E_PARSE for bad JSON, an OS error for
+ * a file that cannot be read. */
 /* The embedded default (issue 5): 127.0.0.1:7777, data_dir for the user,
  * driver auto, one pool {host, none, small, warm 2}. */
-int config_default(struct config **out, char *errbuf, size_t errlen);
-int config_load_file(const char *path, struct config **out, char *errbuf, size_t errlen);
-int config_parse(const char *text, size_t len, struct config **out, char *errbuf, size_t errlen);
+int config_default(struct config **out, sbx_error *err);
+int config_load_file(const char *path, struct config **out, sbx_error *err);
+int config_parse(const char *text, size_t len, struct config **out, sbx_error *err);
 void config_free(struct config *c);
 
-/* Open mode (no api_token) reachable from other hosts: -1 with a message
+/* Open mode (no api_token) reachable from other hosts: SBX_E_INVAL
  * unless allow_open_mode says so. Checked at load and again on a reload,
  * whose listen is the running one. */
-int config_check_exposure(const struct config *c, char *errbuf, size_t errlen);
+int config_check_exposure(const struct config *c, sbx_error *err);
 /* The warning to log when open mode is allowed off loopback; NULL if none. */
 const char *config_exposure_warning(const struct config *c, char *buf, size_t len);
 
 /* Pools as in PUT /v1/pools and pools.json (strict decoding is the
  * caller's; this checks fields and values). Config-owned warmup is merged
- * from base by key. Returns 0, or -1 with a message and *status (400/409). */
+ * from base by key. Returns 0, or SBX_E_INVAL with err naming the field. */
 int config_parse_pools(const json_t *arr, bool from_api, const struct config *base, struct pool_cfg **out,
-                       size_t *n, char *errbuf, size_t errlen);
+                       size_t *n, sbx_error *err);
 void config_free_pools(struct pool_cfg *p, size_t n);
 json_t *config_pools_json(const struct pool_cfg *p, size_t n);
 
@@ -104,6 +108,6 @@ bool valid_net(const char *s);
 /* --check-config's look at what the pools name: each template other than
  * the built-in host must be registered under templates_dir. -1 with a
  * message naming the first pool whose template is missing. */
-int config_check_templates(const struct config *c, char *errbuf, size_t errlen);
+int config_check_templates(const struct config *c, sbx_error *err);
 
 #endif

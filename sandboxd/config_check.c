@@ -23,13 +23,12 @@ static bool template_present(const char *templates_dir, const char *name) {
          S_ISDIR(st.st_mode);
 }
 
-int config_check_templates(const struct config *c, char *errbuf, size_t errlen) {
+int config_check_templates(const struct config *c, sbx_error *err) {
   for (size_t i = 0; i < c->npools; i++) {
     const sbx_pool_key *k = &c->pools[i].pc.key;
     if (template_present(c->templates_dir, k->tmpl)) continue;
-    snprintf(errbuf, errlen, "pools[%zu] (%s|%s|%s): template \"%s\" does not exist under %s", i, k->tmpl, k->net,
-             k->size, k->tmpl, c->templates_dir);
-    return -1;
+    return sbx_err(err, SBX_E_NOTFOUND, "pools[%zu] (%s|%s|%s): template \"%s\" does not exist under %s", i, k->tmpl,
+                   k->net, k->size, k->tmpl, c->templates_dir);
   }
   return 0;
 }

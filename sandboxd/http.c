@@ -377,7 +377,7 @@ void http_server_configure(struct http_server *s, const struct http_limits *lim,
   s->head_fn = head_fn;
 }
 
-int http_server_listen(struct http_server *s, const char *host, int port, char *errbuf, size_t errlen) {
+int http_server_listen(struct http_server *s, const char *host, int port, sbx_error *err) {
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
   socklen_t sl;
@@ -397,14 +397,12 @@ int http_server_listen(struct http_server *s, const char *host, int port, char *
     sin6->sin6_port = htons((uint16_t)port);
     sl = sizeof *sin6;
   } else {
-    snprintf(errbuf, errlen, "listen: %s is not an IP address", host);
-    return -1;
+    return sbx_err(err, SBX_E_INVAL, "listen: %s is not an IP address", host);
   }
   s->lis = evconnlistener_new_bind(s->base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
                                    1024, (struct sockaddr *)&ss, (int)sl);
   if (!s->lis) {
-    snprintf(errbuf, errlen, "listen on %s:%d: %s", host, port, strerror(errno));
-    return -1;
+    return sbx_err_os(err, errno, "listen on %s:%d", host, port);
   }
   evconnlistener_set_error_cb(s->lis, accept_error_cb);
   if (s->reserve_fd < 0) s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);

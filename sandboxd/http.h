@@ -20,6 +20,8 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include <sandbox/error.h>
+
 #define HTTP_HEAD_MAX (64 * 1024)
 #define HTTP_BODY_MAX (1024 * 1024)
 #define HTTP_MAX_HEADERS 100
@@ -73,7 +75,7 @@ struct http_server *http_server_new(struct event_base *base, http_handler_fn fn,
  * called for every request that announces a body, before it is read. */
 void http_server_configure(struct http_server *s, const struct http_limits *lim, http_head_fn head_fn);
 /* Binds host:port (port 0 = any); returns the bound port or < 0. */
-int http_server_listen(struct http_server *s, const char *host, int port, char *errbuf, size_t errlen);
+int http_server_listen(struct http_server *s, const char *host, int port, sbx_error *err);
 /* Stop accepting; open connections are closed, pending requests answered
  * by nobody (their handlers are told through on_close). */
 /* Serve the connected socket fd (non-blocking; the server owns it from now

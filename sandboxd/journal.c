@@ -398,26 +398,15 @@ int journal_write_pools(struct sbxd *d, const struct pool_cfg *p, size_t n, sbx_
   return rc;
 }
 
-int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, char *errbuf, size_t errlen) {
+int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, sbx_error *err) {
   int fd = openat(d->data_fd, "pools.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    if (errno == ENOENT) return 0;
-    snprintf(errbuf, errlen, "pools.json: %s", strerror(errno));
-    return -1;
-  }
+  if (fd < 0) return errno == ENOENT ? 0 : sbx_err_os(err, errno, "pools.json");
   json_error_t je;
   json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
   close(fd);
-  if (!root) {
-    snprintf(errbuf, errlen, "pools.json: %s", je.text);
-    return -1;
-  }
-  char msg[400];
-  int rc = config_parse_pools(json_object_get(root, "pools"), true, d->cfg, p, n, msg, sizeof msg);
+  if (!root) return sbx_err(err, SBX_E_PARSE, "pools.json: %s", je.text);
+  int rc = config_parse_pools(json_object_get(root, "pools"), true, d->cfg, p, n, err);
   json_decref(root);
-  if (rc < 0) {
-    snprintf(errbuf, errlen, "pools.json: %s", msg);
-    return -1;
-  }
+  if (rc < 0) return sbx_err_wrap(err, "pools.json");
   return 1;
 }

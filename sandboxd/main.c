@@ -78,13 +78,12 @@ static void on_term(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* Pools to run: pools.json wins over the config's pools (§4.18). */
-static int load_pools(struct sbxd *d, struct config *cfg, struct pool_cfg **p, size_t *n, char *errbuf,
-                      size_t errlen) {
+static int load_pools(struct sbxd *d, struct config *cfg, struct pool_cfg **p, size_t *n, sbx_error *err) {
   struct config *saved = d->cfg;
   d->cfg = cfg; /* pools.json merges warmup from this config */
-  int rc = journal_read_pools(d, p, n, errbuf, errlen);
+  int rc = journal_read_pools(d, p, n, err);
   d->cfg = saved;
-  if (rc < 0) return -1;
+  if (rc < 0) return rc;
   d->pools_from_file = rc == 1;
   if (rc == 0) {
     *n = cfg->npools;
@@ -109,9 +108,9 @@ static void on_hup(evutil_socket_t fd, short what, void *arg) {
     return;
   }
   struct config *nc;
-  char msg[600];
-  if (config_load_file(d->config_path, &nc, msg, sizeof msg) < 0) {
-    sbx_error_log("SIGHUP: reload failed, keeping the old config: %s", msg);
+  sbx_error err;
+  if (config_load_file(d->config_path, &nc, &err) < 0) {
+    sbx_error_log("SIGHUP: reload failed, keeping the old config: %s", err.msg);
     return;
   }
   if (strcmp(nc->data_dir, d->cfg->data_dir) || strcmp(nc->listen_host, d->cfg->listen_host) ||
@@ -124,22 +123,22 @@ static void on_hup(evutil_socket_t fd, short what, void *arg) {
   nc->data_dir = sbx_strdup(d->cfg->data_dir);
   nc->driver = sbx_strdup(d->cfg->driver);
   for (size_t i = 0; i < 3; i++) sbx_free(keep[i]);
-  if (config_check_exposure(nc, msg, sizeof msg) < 0) {
-    sbx_error_log("SIGHUP: reload refused, keeping the old config: %s", msg);
+  if (config_check_exposure(nc, &err) < 0) {
+    sbx_error_log("SIGHUP: reload refused, keeping the old config: %s", err.msg);
     config_free(nc);
     return;
   }
-  if (config_exposure_warning(nc, msg, sizeof msg)) sbx_warn("%s", msg);
+  char warn[300];
+  if (config_exposure_warning(nc, warn, sizeof warn)) sbx_warn("%s", warn);
   struct pool_cfg *p;
   size_t n;
-  if (load_pools(d, nc, &p, &n, msg, sizeof msg) < 0) {
-    sbx_error_log("SIGHUP: %s; keeping the old config", msg);
+  if (load_pools(d, nc, &p, &n, &err) < 0) {
+    sbx_error_log("SIGHUP: %s; keeping the old config", err.msg);
     config_free(nc);
     return;
   }
   config_free(d->cfg);
   d->cfg = nc;
-  sbx_error err;
   if (apply_pools(d, p, n, &err) < 0) sbx_error_log("SIGHUP: pools: %s", err.msg);
   sbx_info("SIGHUP: reloaded tokens, tenants and %zu pool(s)", d->npools);
 }
@@ -154,9 +153,16 @@ static int lock_data_dir(struct sbxd *d) {
   return fd; /* held for the life of the process */
 }
 
-int main(int argc, char **argv) {
-  const char *config_path = NULL;
-  bool check_only = false;
+/* ---- start: each step reports its own failure; main maps it to an exit
+ * status (2: configuration, 1: the node cannot start). ---- */
+
+struct args {
+  const char *config_path;
+  bool check_only;
+};
+
+/* -1 to go on, or the status to exit with. */
+static int parse_args(int argc, char **argv, struct args *a) {
   static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                         {"check-config", no_argument, NULL, 'k'},
                                         {"version", no_argument, NULL, 'V'},
@@ -165,8 +171,8 @@ int main(int argc, char **argv) {
   int o;
   while ((o = getopt_long_only(argc, argv, "c:h", opts, NULL)) != -1) {
     switch (o) {
-    case 'c': config_path = optarg; break;
-    case 'k': check_only = true; break;
+    case 'c': a->config_path = optarg; break;
+    case 'k': a->check_only = true; break;
     case 'V': printf("sandboxd %s\n", sbx_version()); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -176,57 +182,53 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  return -1;
+}
+
+static void setup_process(void) {
   const char *lvl = getenv("SANDBOXD_LOG_LEVEL");
   int level = lvl ? sbx_log_level_parse(lvl) : SBX_LOG_INFO;
   sbx_log_setup("sandboxd", level < 0 ? SBX_LOG_INFO : (sbx_log_level)level, SBX_LOG_PLAIN);
   if (lvl && level < 0) sbx_warn("SANDBOXD_LOG_LEVEL=%s is not error|warn|info|debug; using info", lvl);
   sbxi_env_apply(NULL); /* SBX_B64_SCALAR; provider.c applies the driver's */
   notify_init();
+}
 
-  struct sbxd dd = {.data_fd = -1, .usage_fd = -1, .log_fd = -1}, *d = &dd;
-  d->config_path = config_path;
-  char msg[600];
-  int rc = config_path ? config_load_file(config_path, &d->cfg, msg, sizeof msg)
-                       : config_default(&d->cfg, msg, sizeof msg);
+static int load_config(struct sbxd *d) {
+  sbx_error err;
+  int rc = d->config_path ? config_load_file(d->config_path, &d->cfg, &err) : config_default(&d->cfg, &err);
   if (rc < 0) {
-    fprintf(stderr, "sandboxd: config: %s\n", msg);
-    return 2;
+    fprintf(stderr, "sandboxd: config: %s\n", err.msg);
+    return -1;
   }
   char warn[300];
   if (config_exposure_warning(d->cfg, warn, sizeof warn)) sbx_warn("%s", warn);
-  if (config_check_templates(d->cfg, msg, sizeof msg) < 0) {
-    /* At a start the pool stays empty and says why in /v1/info. */
-    if (check_only) {
-      fprintf(stderr, "sandboxd: config: %s\n", msg);
-      config_free(d->cfg);
-      return 2;
-    }
-    sbx_warn("config: %s", msg);
-  }
-  if (check_only) {
-    const char *h = d->cfg->listen_host;
-    printf("config ok: listen %s%s%s:%d, %s mode\n", strchr(h, ':') ? "[" : "", h[0] ? h : "0.0.0.0",
-           strchr(h, ':') ? "]" : "", d->cfg->listen_port, d->cfg->api_token ? "token" : "open");
-    config_free(d->cfg);
-    return 0;
-  }
-  signal(SIGPIPE, SIG_IGN);
-  raise_nofile();
+  return 0;
+}
+
+static void print_config_ok(const struct config *c) {
+  const char *h = c->listen_host;
+  printf("config ok: listen %s%s%s:%d, %s mode\n", strchr(h, ':') ? "[" : "", h[0] ? h : "0.0.0.0",
+         strchr(h, ':') ? "]" : "", c->listen_port, c->api_token ? "token" : "open");
+}
+
+/* The data_dir (journal, lock), the driver, the pool manager, and the
+ * claims adopted from the last run. */
+static int open_node(struct sbxd *d, int *lock_fd) {
   sbx_error err;
-  int lock_fd = -1;
-  if (journal_open(d, &err) < 0 || (lock_fd = lock_data_dir(d)) < 0) {
-    if (lock_fd < 0 && d->data_fd >= 0) err.msg[0] = '\0';
+  if (journal_open(d, &err) < 0 || (*lock_fd = lock_data_dir(d)) < 0) {
+    if (*lock_fd < 0 && d->data_fd >= 0) err.msg[0] = '\0';
     if (err.msg[0]) fprintf(stderr, "sandboxd: %s\n", err.msg);
-    return 1;
+    return -1;
   }
   if (provider_open(d->cfg, &d->prov, &err) < 0) {
     fprintf(stderr, "sandboxd: driver %s: %s\n", d->cfg->driver, err.msg);
-    return 1;
+    return -1;
   }
   sbx_pool_provider pops = provider_pool_ops(d->prov);
   if (sbx_pool_mgr_new(&pops, (unsigned)d->cfg->refill_concurrency, &d->pm, &err) < 0) {
     fprintf(stderr, "sandboxd: %s\n", err.msg);
-    return 1;
+    return -1;
   }
   /* Refill, goldens and destroys yield to the loop, the sandboxes and
    * their clients; a claim waiting on a clone runs at normal priority.
@@ -238,26 +240,36 @@ int main(int argc, char **argv) {
   d->leases = sbx_lease_table_new();
   if (recover(d, &err) < 0) sbx_error_log("recovery: %s", err.msg);
   lifecycle_recover(d);
+  return 0;
+}
+
+static int start_pools(struct sbxd *d) {
+  sbx_error err;
   struct pool_cfg *p;
   size_t n;
-  if (load_pools(d, d->cfg, &p, &n, msg, sizeof msg) < 0) {
-    fprintf(stderr, "sandboxd: %s\n", msg);
-    return 2;
+  if (load_pools(d, d->cfg, &p, &n, &err) < 0) {
+    fprintf(stderr, "sandboxd: %s\n", err.msg);
+    return -1;
   }
   if (apply_pools(d, p, n, &err) < 0) {
     fprintf(stderr, "sandboxd: pools: %s\n", err.msg);
-    return 2;
+    return -1;
   }
+  return 0;
+}
 
+/* The bound port, or -1. */
+static int start_http(struct sbxd *d) {
   d->base = event_base_new();
   d->http = http_server_new(d->base, router_handle, d);
   struct http_limits lim = {(size_t)d->cfg->max_connections, d->cfg->head_timeout_seconds,
                             d->cfg->body_timeout_seconds};
   http_server_configure(d->http, &lim, router_head);
-  int port = http_server_listen(d->http, d->cfg->listen_host, d->cfg->listen_port, msg, sizeof msg);
+  sbx_error err;
+  int port = http_server_listen(d->http, d->cfg->listen_host, d->cfg->listen_port, &err);
   if (port < 0) {
-    fprintf(stderr, "sandboxd: %s\n", msg);
-    return 1;
+    fprintf(stderr, "sandboxd: %s\n", err.msg);
+    return -1;
   }
   if (d->cfg->client_advertise) snprintf(d->owner_addr, sizeof d->owner_addr, "%s", d->cfg->client_advertise);
   else if (d->cfg->advertise_addr) snprintf(d->owner_addr, sizeof d->owner_addr, "%s", d->cfg->advertise_addr);
@@ -265,11 +277,10 @@ int main(int argc, char **argv) {
     snprintf(d->owner_addr, sizeof d->owner_addr, strchr(d->cfg->listen_host, ':') ? "[%s]:%d" : "%s:%d",
              d->cfg->listen_host, port);
   /* A wildcard host is blanked: clients use the address they dialled. */
+  return port;
+}
 
-  if (durable_start(d, &err) < 0) {
-    fprintf(stderr, "sandboxd: claims journal: %s\n", err.msg);
-    return 1;
-  }
+static void arm_events(struct sbxd *d) {
   d->ev_pool = event_new(d->base, sbx_pool_mgr_fd(d->pm), EV_READ | EV_PERSIST, on_pool, d);
   d->ev_refill = event_new(d->base, -1, EV_PERSIST, on_refill, d);
   d->ev_reap = event_new(d->base, -1, EV_PERSIST, on_reap, d);
@@ -288,6 +299,9 @@ int main(int argc, char **argv) {
   watch_arm_all(d); /* the adopted sandboxes' pid 1 */
   sbx_pool_mgr_tick(d->pm, sbx_now_ns());
   reap_tick(d); /* deadlines that passed while we were down */
+}
+
+static void announce_ready(struct sbxd *d, int port) {
   sbx_info("sandboxd %s listening on %s:%d (driver %s, data_dir %s, %s mode, %zu claim(s) adopted)", sbx_version(),
            d->cfg->listen_host[0] ? d->cfg->listen_host : "*", port, provider_name(d->prov), d->cfg->data_dir,
            d->cfg->api_token ? "token" : "open", sbx_lease_count(d->leases));
@@ -298,11 +312,11 @@ int main(int argc, char **argv) {
   char status[128];
   snprintf(status, sizeof status, "READY=1\nSTATUS=listening on port %d", port);
   notify_send(status);
+}
 
-  event_base_dispatch(d->base);
-
-  /* Stop: no new connections, relays and pending requests closed, warm
-   * and claimed instances left running for the next start (§5.13). */
+/* Stop: no new connections, relays and pending requests closed, warm
+ * and claimed instances left running for the next start (§5.13). */
+static void stop_node(struct sbxd *d, int lock_fd) {
   d->stopping = true;
   watch_disarm_all(d);
   notify_send("STOPPING=1");
@@ -339,5 +353,46 @@ int main(int argc, char **argv) {
   close(d->data_fd);
   close(lock_fd);
   sbx_info("stopped");
+}
+
+int main(int argc, char **argv) {
+  struct args a = {0};
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  setup_process();
+  struct sbxd dd = {.data_fd = -1, .usage_fd = -1, .log_fd = -1}, *d = &dd;
+  d->config_path = a.config_path;
+  if (load_config(d) < 0) return 2;
+  sbx_error terr;
+  if (config_check_templates(d->cfg, &terr) < 0) {
+    /* At a start the pool stays empty and says why in /v1/info. */
+    if (a.check_only) {
+      fprintf(stderr, "sandboxd: config: %s\n", terr.msg);
+      config_free(d->cfg);
+      return 2;
+    }
+    sbx_warn("config: %s", terr.msg);
+  }
+  if (a.check_only) {
+    print_config_ok(d->cfg);
+    config_free(d->cfg);
+    return 0;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  raise_nofile();
+  int lock_fd = -1;
+  if (open_node(d, &lock_fd) < 0) return 1;
+  if (start_pools(d) < 0) return 2;
+  int port = start_http(d);
+  if (port < 0) return 1;
+  sbx_error err;
+  if (durable_start(d, &err) < 0) {
+    fprintf(stderr, "sandboxd: claims journal: %s\n", err.msg);
+    return 1;
+  }
+  arm_events(d);
+  announce_ready(d, port);
+  event_base_dispatch(d->base);
+  stop_node(d, lock_fd);
   return 0;
 }

@@ -21,6 +21,7 @@
 
 #include "../libsandbox/pool/secret.h"
 #include "../libsandbox/template/layers.h"
+#include "core/cleanup.h"
 #include "core/path.h"
 #include "sandboxd.h"
 #include "checkpoint.h"
@@ -72,13 +73,9 @@ static void feed(EVP_MD_CTX *c, const char *s) { EVP_DigestUpdate(c, s, strlen(s
 static int feed_file(EVP_MD_CTX *total, const char *root, const char *rel, unsigned char *buf, sbx_error *err) {
   char path[PATH_MAX], line[96];
   snprintf(path, sizeof path, "%s/%s", root, rel);
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  sbxi_cleanup_close int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0) {
-    int rc = sbx_err_os(err, errno, "open %s", path);
-    if (fd >= 0) close(fd);
-    return rc;
-  }
+  if (fd < 0 || fstat(fd, &st) < 0) return sbx_err_os(err, errno, "open %s", path);
   feed(total, rel);
   feed(total, "\n");
   snprintf(line, sizeof line, "%lld\n", (long long)st.st_size);
@@ -105,7 +102,6 @@ static int feed_file(EVP_MD_CTX *total, const char *root, const char *rel, unsig
     feed(total, "\n");
     left -= (long long)got;
   }
-  close(fd);
   return rc;
 }
 
@@ -222,9 +218,10 @@ void h_promote(struct sbxd *d, struct http_req *req, const char *id) {
   }
   int gfd = open(gdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   bool synced = gfd >= 0 && syncfs(gfd) == 0; /* the export on disk before the pointer to it */
+  int sync_errno = errno; /* the close below may change errno */
   if (gfd >= 0) close(gfd);
   if (!synced) {
-    sbx_err_os(&err, errno, "sync %s", gdir);
+    sbx_err_os(&err, sync_errno, "sync %s", gdir);
     rm_path(gdir);
     promote_fail(req, l->id, &err);
     goto out;

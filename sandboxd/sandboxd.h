@@ -131,8 +131,9 @@ int usage_event_children(struct sbxd *d, const char *ev, const sbx_lease *l, con
  * that cannot be written is logged, not undone. */
 void usage_note(struct sbxd *d, const char *ev, const sbx_lease *l, const char *ref);
 int journal_write_pools(struct sbxd *d, const struct pool_cfg *p, size_t n, sbx_error *err);
-/* pools.json if present: 1 and the pools, 0 if absent, -1 on error. */
-int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, char *errbuf, size_t errlen);
+/* pools.json if present: 1 and the pools, 0 if absent, a negative sbx_code
+ * on error. */
+int journal_read_pools(struct sbxd *d, struct pool_cfg **p, size_t *n, sbx_error *err);
 
 /* ---- durable.c ---- */
 /* The sync thread for sync_claims; started once the loop exists. */

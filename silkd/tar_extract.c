@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "silkd.h"
+#include "core/cleanup.h"
 #include "util/util.h"
 #include "tar.h"
 
@@ -89,145 +90,126 @@ static int write_data(struct archive *a, int fd) {
   return 0;
 }
 
+/* One member's placement: the directory it goes in and what it carries. */
+struct member {
+  const char *orig; /* the name as archived, for messages */
+  int pfd;          /* its parent directory */
+  const char *base; /* its name there */
+  mode_t perm;
+  uid_t uid;
+  gid_t gid;
+  struct timespec times[2];
+  bool exists; /* something is at base already; st says what */
+  struct stat st;
+};
+
+/* A hard link to a member already extracted, never to a path outside. */
+static int extract_hardlink(struct tar_job *j, const struct member *m, const char *hl) {
+  sbxi_cleanup_free char *tname = sbx_strdup(hl);
+  char *tcomps[MAX_DEPTH];
+  int tn = split_name(tname, tcomps, MAX_DEPTH);
+  bool tbad = false;
+  if (tn <= 0) return unsafe(j, hl);
+  sbxi_cleanup_close int tfd = open_parent(j->root_fd, tcomps, tn - 1, false, &tbad);
+  struct stat st;
+  if (tfd < 0) return unsafe(j, hl); /* only members already extracted may be linked */
+  if (fstatat(tfd, tcomps[tn - 1], &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode)) return unsafe(j, hl);
+  if (m->exists) unlinkat(m->pfd, m->base, 0);
+  return linkat(tfd, tcomps[tn - 1], m->pfd, m->base, 0) < 0 ? failed(j, "link", m->orig) : 0;
+}
+
+static int extract_dir(struct tar_job *j, const struct member *m, char **comps, int n, struct dirmeta **dirs,
+                       size_t *ndirs) {
+  if (m->exists && !S_ISDIR(m->st.st_mode)) unlinkat(m->pfd, m->base, 0);
+  if (mkdirat(m->pfd, m->base, 0700) < 0 && errno != EEXIST) return failed(j, "mkdir", m->orig);
+  /* Mode and mtime go on after the contents, or extraction would bump
+   * the mtime and a read-only mode would be in the way. */
+  *dirs = sbx_reallocarray(*dirs, *ndirs + 1, sizeof **dirs);
+  struct dirmeta *d = &(*dirs)[(*ndirs)++];
+  sbx_buf p = SBX_BUF_INIT(1 << 20);
+  for (int i = 0; i < n; i++) sbx_buf_printf(&p, NULL, "%s%s", i ? "/" : "", comps[i]);
+  d->path = sbx_buf_steal(&p, NULL);
+  d->mode = m->perm;
+  d->uid = m->uid;
+  d->gid = m->gid;
+  d->mtime = m->times[1];
+  return 0;
+}
+
+static int extract_symlink(struct tar_job *j, const struct member *m, const char *target) {
+  if (m->exists && S_ISDIR(m->st.st_mode)) {
+    errno = EISDIR;
+    return failed(j, "symlink", m->orig);
+  }
+  if (m->exists) unlinkat(m->pfd, m->base, 0);
+  if (!target || symlinkat(target, m->pfd, m->base) < 0) return failed(j, "symlink", m->orig);
+  fchownat(m->pfd, m->base, m->uid, m->gid, AT_SYMLINK_NOFOLLOW);
+  utimensat(m->pfd, m->base, m->times, AT_SYMLINK_NOFOLLOW);
+  return 0;
+}
+
+static int extract_fifo(struct tar_job *j, const struct member *m) {
+  if (m->exists) unlinkat(m->pfd, m->base, 0);
+  if (mknodat(m->pfd, m->base, S_IFIFO | 0600, 0) < 0) return failed(j, "mkfifo", m->orig);
+  fchownat(m->pfd, m->base, m->uid, m->gid, AT_SYMLINK_NOFOLLOW);
+  fchmodat(m->pfd, m->base, m->perm, 0);
+  utimensat(m->pfd, m->base, m->times, AT_SYMLINK_NOFOLLOW);
+  return 0;
+}
+
+static int extract_file(struct tar_job *j, const struct member *m, struct archive *a, la_int64_t size) {
+  if (m->exists && S_ISDIR(m->st.st_mode)) {
+    errno = EISDIR;
+    return failed(j, "open", m->orig);
+  }
+  if (m->exists) unlinkat(m->pfd, m->base, 0);
+  sbxi_cleanup_close int fd = openat(m->pfd, m->base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return failed(j, "open", m->orig);
+  if (write_data(a, fd) < 0) return failed(j, "write", m->orig);
+  if (ftruncate(fd, size) < 0) {} /* trailing hole */
+  if (fchown(fd, m->uid, m->gid) < 0) {}
+  fchmod(fd, m->perm);
+  futimens(fd, m->times);
+  return 0;
+}
+
+/* Check the member's name and type, open its parent beneath the staging
+ * root, then place it by type. */
 static int extract_one(struct tar_job *j, struct archive *a, struct archive_entry *e, struct dirmeta **dirs,
                        size_t *ndirs) {
   const char *orig = archive_entry_pathname(e);
   if (!orig) return unsafe(j, "");
-  char *name = sbx_strdup(orig);
+  sbxi_cleanup_free char *name = sbx_strdup(orig);
   char *comps[MAX_DEPTH];
   int n = split_name(name, comps, MAX_DEPTH);
-  int rc = -1, pfd = -1;
-  const char *hl = archive_entry_hardlink(e);
   mode_t type = archive_entry_filetype(e);
-  if (n < 0) {
-    rc = unsafe(j, orig);
-    goto out;
-  }
-  if (n == 0) { /* "./": the staging root itself */
-    rc = 0;
-    goto out;
-  }
-  if (type == AE_IFCHR || type == AE_IFBLK) {
-    rc = unsafe(j, orig);
-    goto out;
-  }
+  if (n < 0) return unsafe(j, orig);
+  if (n == 0) return 0; /* "./": the staging root itself */
+  if (type == AE_IFCHR || type == AE_IFBLK) return unsafe(j, orig);
   bool bad = false;
-  pfd = open_parent(j->root_fd, comps, n - 1, true, &bad);
-  if (pfd < 0) {
-    rc = bad ? unsafe(j, orig) : failed(j, "open parent of", orig);
-    goto out;
-  }
-  const char *base = comps[n - 1];
-  mode_t perm = archive_entry_perm(e) & 07777;
-  uid_t uid = (uid_t)archive_entry_uid(e);
-  gid_t gid = (gid_t)archive_entry_gid(e);
-  struct timespec times[2] = {{archive_entry_mtime(e), archive_entry_mtime_nsec(e)},
-                              {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
-  struct stat st;
-  bool exists = fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0;
+  sbxi_cleanup_close int pfd = open_parent(j->root_fd, comps, n - 1, true, &bad);
+  if (pfd < 0) return bad ? unsafe(j, orig) : failed(j, "open parent of", orig);
+  struct member m = {
+      .orig = orig,
+      .pfd = pfd,
+      .base = comps[n - 1],
+      .perm = archive_entry_perm(e) & 07777,
+      .uid = (uid_t)archive_entry_uid(e),
+      .gid = (gid_t)archive_entry_gid(e),
+      .times = {{archive_entry_mtime(e), archive_entry_mtime_nsec(e)},
+                {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}},
+  };
+  m.exists = fstatat(pfd, m.base, &m.st, AT_SYMLINK_NOFOLLOW) == 0;
 
-  if (hl) {
-    char *tname = sbx_strdup(hl);
-    char *tcomps[MAX_DEPTH];
-    int tn = split_name(tname, tcomps, MAX_DEPTH);
-    int tfd = -1;
-    bool tbad = false;
-    if (tn <= 0) rc = unsafe(j, hl);
-    else if ((tfd = open_parent(j->root_fd, tcomps, tn - 1, false, &tbad)) < 0)
-      rc = unsafe(j, hl); /* only members already extracted may be linked */
-    else if (fstatat(tfd, tcomps[tn - 1], &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
-      rc = unsafe(j, hl);
-    else {
-      if (exists) unlinkat(pfd, base, 0);
-      rc = linkat(tfd, tcomps[tn - 1], pfd, base, 0) < 0 ? failed(j, "link", orig) : 0;
-    }
-    if (tfd >= 0) close(tfd);
-    sbx_free(tname);
-    goto out;
-  }
-
+  const char *hl = archive_entry_hardlink(e);
+  if (hl) return extract_hardlink(j, &m, hl);
   switch (type) {
-  case AE_IFDIR: {
-    if (exists && !S_ISDIR(st.st_mode)) unlinkat(pfd, base, 0);
-    if (mkdirat(pfd, base, 0700) < 0 && errno != EEXIST) {
-      rc = failed(j, "mkdir", orig);
-      goto out;
-    }
-    /* Mode and mtime go on after the contents, or extraction would bump
-     * the mtime and a read-only mode would be in the way. */
-    *dirs = sbx_reallocarray(*dirs, *ndirs + 1, sizeof **dirs);
-    struct dirmeta *d = &(*dirs)[(*ndirs)++];
-    sbx_buf p = SBX_BUF_INIT(1 << 20);
-    for (int i = 0; i < n; i++) sbx_buf_printf(&p, NULL, "%s%s", i ? "/" : "", comps[i]);
-    d->path = sbx_buf_steal(&p, NULL);
-    d->mode = perm;
-    d->uid = uid;
-    d->gid = gid;
-    d->mtime = times[1];
-    rc = 0;
-    break;
+  case AE_IFDIR: return extract_dir(j, &m, comps, n, dirs, ndirs);
+  case AE_IFLNK: return extract_symlink(j, &m, archive_entry_symlink(e));
+  case AE_IFIFO: return extract_fifo(j, &m);
+  case AE_IFREG: return extract_file(j, &m, a, archive_entry_size(e));
+  default: return 0; /* sockets and unknown types: skipped, as tar does */
   }
-  case AE_IFLNK: {
-    if (exists && S_ISDIR(st.st_mode)) {
-      errno = EISDIR;
-      rc = failed(j, "symlink", orig);
-      goto out;
-    }
-    if (exists) unlinkat(pfd, base, 0);
-    const char *target = archive_entry_symlink(e);
-    if (!target || symlinkat(target, pfd, base) < 0) {
-      rc = failed(j, "symlink", orig);
-      goto out;
-    }
-    fchownat(pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW);
-    utimensat(pfd, base, times, AT_SYMLINK_NOFOLLOW);
-    rc = 0;
-    break;
-  }
-  case AE_IFIFO:
-    if (exists) unlinkat(pfd, base, 0);
-    if (mknodat(pfd, base, S_IFIFO | 0600, 0) < 0) {
-      rc = failed(j, "mkfifo", orig);
-      goto out;
-    }
-    fchownat(pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW);
-    fchmodat(pfd, base, perm, 0);
-    utimensat(pfd, base, times, AT_SYMLINK_NOFOLLOW);
-    rc = 0;
-    break;
-  case AE_IFREG: {
-    if (exists && S_ISDIR(st.st_mode)) {
-      errno = EISDIR;
-      rc = failed(j, "open", orig);
-      goto out;
-    }
-    if (exists) unlinkat(pfd, base, 0);
-    int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      rc = failed(j, "open", orig);
-      goto out;
-    }
-    if (write_data(a, fd) < 0) {
-      rc = failed(j, "write", orig);
-      close(fd);
-      goto out;
-    }
-    if (ftruncate(fd, archive_entry_size(e)) < 0) {} /* trailing hole */
-    if (fchown(fd, uid, gid) < 0) {}
-    fchmod(fd, perm);
-    futimens(fd, times);
-    close(fd);
-    rc = 0;
-    break;
-  }
-  default: /* sockets and unknown types: skipped, as tar does */
-    rc = 0;
-    break;
-  }
-out:
-  if (pfd >= 0) close(pfd);
-  sbx_free(name);
-  return rc;
 }
 
 static void apply_dirs(struct tar_job *j, struct dirmeta *dirs, size_t n) {

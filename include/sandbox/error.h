@@ -39,9 +39,10 @@ typedef enum sbx_code {
 
 typedef struct sbx_error {
   int code;     /* a negative sbx_code, or SBX_OK */
-  int os_errno; /* errno behind SBX_E_OS (and sometimes others); 0 if none */
+  int os_errno; /* the errno behind the failure, and only an errno; 0 if none */
   int detail;   /* SBX_E_REMOTE: the silkd error kind (sbx_wire_error_kind) or
-                   the HTTP status; 0 otherwise */
+                   the HTTP status; SBX_E_BUSY from a lease reservation: the
+                   cap hit (SBX_LEASE_CAP_*); 0 otherwise */
   char msg[SBX_ERROR_MSG_MAX];
 } sbx_error;
 

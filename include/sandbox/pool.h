@@ -192,8 +192,10 @@ typedef struct sbx_lease_table sbx_lease_table;
 sbx_lease_table *sbx_lease_table_new(void);
 void sbx_lease_table_free(sbx_lease_table *t); /* frees leases, not instances */
 
-/* 0, or SBX_E_BUSY with err naming "node" or "tenant" (err->os_errno is 1
- * for node, 2 for tenant). A cap of 0 is unlimited. */
+/* Which cap a refused reservation hit, in err->detail. */
+enum { SBX_LEASE_CAP_NODE = 1, SBX_LEASE_CAP_TENANT = 2 };
+/* 0, or SBX_E_BUSY with err naming "node" or "tenant" and err->detail the
+ * SBX_LEASE_CAP_* it hit. A cap of 0 is unlimited. */
 int sbx_lease_reserve(sbx_lease_table *t, const char *tenant, int node_max, int tenant_max, sbx_error *err);
 void sbx_lease_unreserve(sbx_lease_table *t, const char *tenant);
 /* Fresh id and token from the OS CSPRNG; the lease is owned by the table.

@@ -1,4 +1,5 @@
 /* The one allocation wrapper: abort on exhaustion (see core.h for why). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,10 +58,14 @@ char *sbx_strndup(const char *s, size_t n) {
 
 void sbx_free(void *p) { free(p); }
 
+/* errno is kept: a cleanup runs as the scope returns, after the failing
+ * call whose errno the caller is about to read. */
 void sbxi_closep(int *fd) {
   if (fd && *fd >= 0) {
+    int saved = errno;
     close(*fd);
     *fd = -1;
+    errno = saved;
   }
 }
 

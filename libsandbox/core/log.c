@@ -19,7 +19,15 @@ static sbx_log_level log_level = SBX_LOG_INFO;
 static sbx_log_format log_format = SBX_LOG_PLAIN;
 static int log_fd = STDERR_FILENO;
 
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
+static const char *level_name(sbx_log_level level) {
+  switch (level) {
+  case SBX_LOG_ERROR: return "error";
+  case SBX_LOG_WARN: return "warn";
+  case SBX_LOG_INFO: return "info";
+  case SBX_LOG_DEBUG: break;
+  }
+  return "debug";
+}
 
 void sbx_log_setup(const char *component, sbx_log_level level, sbx_log_format fmt) {
   if (component) log_component = component;
@@ -33,8 +41,8 @@ void sbx_log_fd(int fd) { log_fd = fd; }
 void sbx_log_set_format(sbx_log_format fmt) { log_format = fmt; }
 
 int sbx_log_level_parse(const char *s) {
-  for (int i = 0; i < 4; i++)
-    if (strcasecmp(s, level_names[i]) == 0) return i;
+  for (int i = SBX_LOG_ERROR; i <= SBX_LOG_DEBUG; i++)
+    if (strcasecmp(s, level_name((sbx_log_level)i)) == 0) return i;
   if (strcasecmp(s, "warning") == 0) return SBX_LOG_WARN;
   return -1;
 }
@@ -113,7 +121,7 @@ static void emit(sbx_log_level level, const sbx_log_field *f, size_t nf, const c
 
   char buf[LOG_LINE_MAX], pid[24];
   struct line l = {buf, 0, sizeof buf};
-  const char *lvl = level_names[level <= SBX_LOG_DEBUG ? level : SBX_LOG_DEBUG];
+  const char *lvl = level_name(level);
   snprintf(pid, sizeof pid, "%d", (int)getpid());
   if (log_format == SBX_LOG_JSON) {
     puts_(&l, "{\"time\":\"");

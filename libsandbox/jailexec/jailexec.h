@@ -96,6 +96,8 @@ __attribute__((noreturn)) void jail_child(const jail_plan *p);
 void jail_child_setup(const jail_plan *p);
 void jail_child_ready(void);
 const char *jail_step_name(int step);
+/* What an op does, for a failure report ("overlay root"). */
+const char *jail_op_name(jail_op_kind kind);
 
 /* zygote.c (driver side) and zygote_serve.c (in silkd --zygote): a
  * request is one SOCK_SEQPACKET message: a jail_zyg_req, then arena_len

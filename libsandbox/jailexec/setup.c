@@ -56,6 +56,25 @@ const char *jail_step_name(int step) {
   }
 }
 
+const char *jail_op_name(jail_op_kind kind) {
+  switch (kind) {
+  case JOP_TMPFS_HOST: return "tmpfs";
+  case JOP_MKDIR_HOST: return "mkdir";
+  case JOP_OVERLAY_ROOT: return "overlay root";
+  case JOP_OVERLAY: return "overlay";
+  case JOP_TMPFS: return "tmpfs";
+  case JOP_DEVPTS: return "devpts";
+  case JOP_PROC: return "proc";
+  case JOP_BIND_DEV: return "bind device";
+  case JOP_MASK: return "mask";
+  case JOP_MASK_DIR: return "mask dir";
+  case JOP_RO: return "read-only";
+  case JOP_SYMLINK: return "symlink";
+  case JOP_PIVOT: return "pivot_root";
+  }
+  return "op";
+}
+
 static int report_fd = -1;
 static int upper_fd = -1; /* the writable layer's tmpfs, O_PATH */
 

@@ -62,13 +62,13 @@ int sbx_lease_reserve(sbx_lease_table *t, const char *tenant, int node_max, int 
   tenant = tenant ? tenant : "";
   if (node_max > 0 && t->n + (size_t)t->reserved >= (size_t)node_max) {
     sbx_err(err, SBX_E_BUSY, "node at capacity");
-    if (err) err->os_errno = 1;
+    if (err) err->detail = SBX_LEASE_CAP_NODE;
     return SBX_E_BUSY;
   }
   struct reservation *r = res_get(t, tenant, true);
   if (tenant_max > 0 && sbx_lease_count_tenant(t, tenant) + (size_t)r->count >= (size_t)tenant_max) {
     sbx_err(err, SBX_E_BUSY, "tenant at capacity");
-    if (err) err->os_errno = 2;
+    if (err) err->detail = SBX_LEASE_CAP_TENANT;
     return SBX_E_BUSY;
   }
   r->count++;

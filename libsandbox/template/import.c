@@ -23,6 +23,7 @@
 
 #include <sandbox/core.h>
 
+#include "core/cleanup.h"
 #include "layers.h"
 #include "util/util.h"
 
@@ -83,10 +84,11 @@ static int extract_one(struct archive *a, struct archive_entry *e, int root, sbx
   if (type == AE_IFCHR || type == AE_IFBLK) return 0;
   memcpy(rel, name, strlen(name) + 1);
   const char *base;
-  int pfd = open_parent(root, rel, &base);
+  sbxi_cleanup_close int pfd = open_parent(root, rel, &base);
   if (pfd < 0) return sbx_err_os(err, errno, "member \"%s\": parent", name);
   mode_t mode = archive_entry_perm(e);
-  int rc = 0, fd = -1;
+  int rc = 0;
+  sbxi_cleanup_close int fd = -1;
   struct stat st;
   bool exists = fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0;
   /* A later member replaces an earlier one, never writes through it. */
@@ -95,16 +97,12 @@ static int extract_one(struct archive *a, struct archive_entry *e, int root, sbx
   const char *hl = archive_entry_hardlink(e);
   if (hl) {
     char target[PATH_MAX];
-    if (!clean_name(hl, target, sizeof target)) {
-      rc = sbx_err(err, SBX_E_PARSE, "unsafe hard link target \"%s\"", hl);
-    } else {
-      int tfd = sbxi_open_beneath(root, target, O_PATH);
-      if (tfd < 0 || linkat(tfd, "", pfd, base, AT_EMPTY_PATH) < 0)
-        rc = sbx_err_os(err, errno, "hard link %s -> %s", name, target);
-      if (tfd >= 0) close(tfd);
-    }
-    close(pfd);
-    return rc;
+    if (!clean_name(hl, target, sizeof target))
+      return sbx_err(err, SBX_E_PARSE, "unsafe hard link target \"%s\"", hl);
+    sbxi_cleanup_close int tfd = sbxi_open_beneath(root, target, O_PATH);
+    if (tfd < 0 || linkat(tfd, "", pfd, base, AT_EMPTY_PATH) < 0)
+      return sbx_err_os(err, errno, "hard link %s -> %s", name, target);
+    return 0;
   }
   switch (type) {
   case AE_IFDIR:
@@ -140,8 +138,6 @@ static int extract_one(struct archive *a, struct archive_entry *e, int root, sbx
                              {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
     utimensat(pfd, base, ts, AT_SYMLINK_NOFOLLOW);
   }
-  if (fd >= 0) close(fd);
-  close(pfd);
   return rc;
 }
 
@@ -176,16 +172,12 @@ int sbxi_tpl_import(const char *templates_dir, const char *name, const char *arc
   int rc = sbxi_tpl_check_name(name, err);
   if (rc < 0) return rc;
   if ((rc = sbxi_mkdir_p(templates_dir, 0755, err)) < 0) return rc;
-  int tfd = open(templates_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  sbxi_cleanup_close int tfd = open(templates_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (tfd < 0) return sbx_err_os(err, errno, "open %s", templates_dir);
   char tmp[96], rootfs[PATH_MAX];
   snprintf(tmp, sizeof tmp, ".%s.import.%d", name, (int)getpid());
   sbxi_rm_rf_at(tfd, tmp, NULL);
-  if (mkdirat(tfd, tmp, 0755) < 0) {
-    rc = sbx_err_os(err, errno, "mkdir %s/%s", templates_dir, tmp);
-    close(tfd);
-    return rc;
-  }
+  if (mkdirat(tfd, tmp, 0755) < 0) return sbx_err_os(err, errno, "mkdir %s/%s", templates_dir, tmp);
   snprintf(rootfs, sizeof rootfs, "%s/rootfs", tmp);
   int root = -1;
   if (mkdirat(tfd, rootfs, 0755) < 0 || (root = openat(tfd, rootfs, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
@@ -199,8 +191,9 @@ int sbxi_tpl_import(const char *templates_dir, const char *name, const char *arc
     sbxi_rm_rf_at(tfd, name, NULL);
     if (renameat(tfd, tmp, tfd, name) < 0) rc = sbx_err_os(err, errno, "rename into %s/%s", templates_dir, name);
   }
-  if (rc < 0) sbxi_rm_rf_at(tfd, tmp, NULL);
-  close(tfd);
-  if (rc < 0) return rc;
+  if (rc < 0) {
+    sbxi_rm_rf_at(tfd, tmp, NULL);
+    return rc;
+  }
   return sbxi_tpl_dir(templates_dir, name, NULL, out, err);
 }

@@ -31,13 +31,21 @@ static const char *bind_str(binder *b, const wire_field *f, const jtok *t) {
   return s;
 }
 
+static const char *expect_int(int type) {
+  switch (type) {
+  case FT_U16: return "expected u16";
+  case FT_U32: return "expected u32";
+  case FT_U64: return "expected u64";
+  case FT_I32: return "expected i32";
+  default: return "expected integer";
+  }
+}
+
 /* Integer literal -> value within [min, max]; rejects fractions, exponents,
  * quoted numbers, and a minus sign on unsigned fields. */
 static int bind_int(binder *b, const wire_field *f, const jtok *t, int64_t min, uint64_t max, uint64_t *mag,
                     bool *neg) {
-  static const char *const expect[] = {[FT_U16] = "expected u16", [FT_U32] = "expected u32",
-                                       [FT_U64] = "expected u64", [FT_I32] = "expected i32"};
-  const char *what = expect[f->type];
+  const char *what = expect_int(f->type);
   if (t->type != JT_NUM || !(t->flags & JTF_INT)) return member_err(b, f, what);
   const char *s = b->d->src + t->start;
   size_t n = t->len, i = 0;

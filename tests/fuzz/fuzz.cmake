@@ -57,7 +57,7 @@ set(SRC ${PROJECT_SOURCE_DIR})
 sbx_fuzz_target(wire REPLAY_ARGS ${SBX_FUZZ_WIRE_FIXTURES})
 # sandboxd: request heads and bodies; the configuration file
 sbx_fuzz_target(http SOURCES ${SRC}/sandboxd/http.c ${SRC}/sandboxd/http_parse.c INCLUDE ${SRC}/sandboxd LIBS PkgConfig::FUZZ_EVENT)
-sbx_fuzz_target(config SOURCES ${SRC}/sandboxd/config.c INCLUDE ${SRC}/sandboxd LIBS PkgConfig::JANSSON)
+sbx_fuzz_target(config SOURCES ${SRC}/sandboxd/config.c ${SRC}/sandboxd/config_pools.c INCLUDE ${SRC}/sandboxd LIBS PkgConfig::JANSSON)
 # sbxctl mcp: the JSON-RPC reader and the tool argument checks (sbxctl
 # without its main: the verbs reach the other commands' helpers)
 file(GLOB FUZZ_SBXCTL_SOURCES CONFIGURE_DEPENDS ${SRC}/sbxctl/*.c)

@@ -12,10 +12,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct config *c = NULL;
-  char errbuf[512];
-  errbuf[0] = '\0';
-  int rc = config_parse((const char *)data, size, &c, errbuf, sizeof errbuf);
-  FUZZ_CHECK(memchr(errbuf, '\0', sizeof errbuf) != NULL, "error text not terminated");
+  sbx_error err;
+  sbx_err_clear(&err);
+  int rc = config_parse((const char *)data, size, &c, &err);
+  FUZZ_CHECK(memchr(err.msg, '\0', sizeof err.msg) != NULL, "error text not terminated");
   if (rc == 0) {
     FUZZ_CHECK(c != NULL, "config_parse succeeded without a config");
     FUZZ_CHECK(c->listen_port >= 0 && c->listen_port <= 65535, "listen port %d", c->listen_port);
@@ -24,7 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FUZZ_CHECK(c->pools[i].pc.warm >= 0, "pool %zu warm %d", i, (int)c->pools[i].pc.warm);
     config_free(c);
   } else {
-    FUZZ_CHECK(errbuf[0] != '\0', "config_parse failed (%d) without a message", rc);
+    FUZZ_CHECK(err.msg[0] != '\0', "config_parse failed (%d) without a message", rc);
+    FUZZ_CHECK(err.code == rc, "config_parse returned %d but err says %d", rc, err.code);
   }
   return 0;
 }

@@ -25,6 +25,7 @@
 
 #include <sandbox/core.h>
 
+#include "core/cleanup.h"
 #include "jail.h"
 #include "util/util.h"
 
@@ -152,11 +153,8 @@ static int code_of(int status) {
 }
 
 static int report_error(const jail_plan *plan, const jail_report *r, sbx_error *err) {
-  if (r->op >= 0 && (size_t)r->op < plan->nops) {
-    static const char *const kinds[] = {"tmpfs", "mkdir", "overlay root", "overlay", "tmpfs", "devpts", "proc",
-                                        "bind device", "mask", "mask dir", "read-only", "symlink", "pivot_root"};
-    return sbx_err_os(err, r->errnum, "jail setup: %s %s", kinds[plan->ops[r->op].kind], r->what);
-  }
+  if (r->op >= 0 && (size_t)r->op < plan->nops)
+    return sbx_err_os(err, r->errnum, "jail setup: %s %s", jail_op_name(plan->ops[r->op].kind), r->what);
   return sbx_err_os(err, r->errnum, "jail setup: %s%s%s", jail_step_name(r->op), r->what[0] ? " " : "", r->what);
 }
 
@@ -185,226 +183,263 @@ static int exempt_from_oom(pid_t pid, sbx_error *err) {
   return 0;
 }
 
-int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *spec, const char *upper_dir,
-                      sbx_instance **out, sbx_error *err) {
-  *out = NULL;
-  const sbxi_clone_spec *hook = sbxi_clone_spec_of(spec);
-  int rc = sbxi_check_id(spec->id, err);
-  if (rc < 0) return rc;
-  if (spec->net != SBX_NET_NONE) return sbx_err(err, SBX_E_UNSUPPORTED, "jail: only net=none is available");
-  if (!hook->init_argv && jd->silkd_fd < 0) return sbx_err(err, SBX_E_INVAL, "jail: no silkd_path configured");
-  if (hook->init_argv && (!hook->init_argv[0] || hook->init_argv[0][0] != '/'))
-    return sbx_err(err, SBX_E_INVAL, "jail: init_argv[0] must be an absolute path");
-  const sbx_size_tier *size = spec->size ? spec->size : sbx_size_tier_get("small");
-  const char *id = spec->id;
-
-  if (mkdirat(jd->run_dirfd, id, 0700) < 0) {
-    if (errno == EEXIST) return sbx_err(err, SBX_E_EXISTS, "sandbox %s already exists", id);
-    return sbx_err_os(err, errno, "mkdir %s/%s", jd->run_dir, id);
-  }
+/* One clone in progress: what it holds, released by start_undo on failure. */
+struct start {
+  jail_driver *jd;
+  const sbx_clone_spec *spec;
+  const sbxi_clone_spec *hook;
+  const sbx_layers *layers;
+  const sbx_size_tier *size;
+  const char *id;
   char dir[PATH_MAX];
-  if ((rc = sbxi_path_fmt(dir, sizeof dir, err, "%s/%s", jd->run_dir, id)) < 0) {
-    sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
+  int dfd, lfd, go[2], rep[2];
+  jail_nsfds ns;
+  jail_plan *plan;
+  sbx_instance *s;
+  bool cg_made, pooled, zygote;
+  pid_t pid;
+  uint64_t t_start, t_clone, t_attach, t_go, t_exec;
+};
+
+static int start_validate(const struct start *st, sbx_error *err) {
+  int rc = sbxi_check_id(st->spec->id, err);
+  if (rc < 0) return rc;
+  if (st->spec->net != SBX_NET_NONE) return sbx_err(err, SBX_E_UNSUPPORTED, "jail: only net=none is available");
+  if (!st->hook->init_argv && st->jd->silkd_fd < 0)
+    return sbx_err(err, SBX_E_INVAL, "jail: no silkd_path configured");
+  if (st->hook->init_argv && (!st->hook->init_argv[0] || st->hook->init_argv[0][0] != '/'))
+    return sbx_err(err, SBX_E_INVAL, "jail: init_argv[0] must be an absolute path");
+  return 0;
+}
+
+/* <run_dir>/<id> with root/ and rw/; removed again if any part fails. */
+static int start_run_dir(struct start *st, sbx_error *err) {
+  jail_driver *jd = st->jd;
+  if (mkdirat(jd->run_dirfd, st->id, 0700) < 0) {
+    if (errno == EEXIST) return sbx_err(err, SBX_E_EXISTS, "sandbox %s already exists", st->id);
+    return sbx_err_os(err, errno, "mkdir %s/%s", jd->run_dir, st->id);
+  }
+  int rc = sbxi_path_fmt(st->dir, sizeof st->dir, err, "%s/%s", jd->run_dir, st->id);
+  if (rc < 0) {
+    sbxi_rm_rf_at(jd->run_dirfd, st->id, NULL);
     return rc;
   }
-  int dfd = openat(jd->run_dirfd, id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dfd < 0 || mkdirat(dfd, "root", 0755) < 0 || mkdirat(dfd, "rw", 0700) < 0) {
-    rc = sbx_err_os(err, errno, "mkdir in %s", dir);
-    if (dfd >= 0) close(dfd);
-    sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
+  st->dfd = openat(jd->run_dirfd, st->id, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (st->dfd < 0 || mkdirat(st->dfd, "root", 0755) < 0 || mkdirat(st->dfd, "rw", 0700) < 0) {
+    rc = sbx_err_os(err, errno, "mkdir in %s", st->dir);
+    if (st->dfd >= 0) close(sbxi_steal_fd(&st->dfd));
+    sbxi_rm_rf_at(jd->run_dirfd, st->id, NULL);
     return rc;
   }
+  return 0;
+}
 
-  uint64_t t_start = sbx_now_ns(), t_clone = 0, t_exec = 0, t_attach = 0, t_go = 0;
-  jail_plan *plan = sbx_calloc(1, sizeof *plan);
-  sbx_instance *s = NULL;
-  int lfd = -1, go[2] = {-1, -1}, rep[2] = {-1, -1};
-  jail_nsfds ns = {-1, -1};
-  bool cg_made = false;
-  pid_t pid = -1;
-  jail_plan_args pa = {layers, dir, upper_dir, size};
-  if ((rc = jail_plan_build(plan, &pa, err)) < 0) goto fail;
-  snprintf(plan->hostname, sizeof plan->hostname, "%s", spec->hostname ? spec->hostname : id);
-
-  if (!hook->init_argv) {
+/* The plan the child executes, and the descriptors it inherits: the
+ * agent's listening socket, go, the report pipe, pooled namespaces. */
+static int start_plan(struct start *st, const char *upper_dir, sbx_error *err) {
+  jail_driver *jd = st->jd;
+  jail_plan *plan = st->plan;
+  jail_plan_args pa = {st->layers, st->dir, upper_dir, st->size};
+  int rc = jail_plan_build(plan, &pa, err);
+  if (rc < 0) return rc;
+  snprintf(plan->hostname, sizeof plan->hostname, "%s", st->spec->hostname ? st->spec->hostname : st->id);
+  if (!st->hook->init_argv) {
     struct sockaddr_un sa;
-    if ((rc = sock_path(jd, id, &sa, err)) < 0) goto fail;
-    lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 128) < 0) {
-      rc = sbx_err_os(err, errno, "agent socket %s", sa.sun_path);
-      goto fail;
-    }
+    if ((rc = sock_path(jd, st->id, &sa, err)) < 0) return rc;
+    st->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (st->lfd < 0 || bind(st->lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(st->lfd, 128) < 0)
+      return sbx_err_os(err, errno, "agent socket %s", sa.sun_path);
   }
   /* go is a socket pair, not a pipe: a child that failed early has
    * closed its end, and send(MSG_NOSIGNAL) then fails instead of raising
    * SIGPIPE in the host process. */
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
-    rc = sbx_err_os(err, errno, "pipe");
-    goto fail;
-  }
-  plan->go_fd = go[0];
-  plan->report_fd = rep[1];
-  plan->listen_fd = lfd;
-  plan->exec_fd = hook->init_argv ? -1 : jd->silkd_fd;
-  for (int i = 0; i < 3; i++) plan->stdio[i] = spec->stdio[i];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, st->go) < 0 || pipe2(st->rep, O_CLOEXEC) < 0)
+    return sbx_err_os(err, errno, "pipe");
+  plan->go_fd = st->go[0];
+  plan->report_fd = st->rep[1];
+  plan->listen_fd = st->lfd;
+  plan->exec_fd = st->hook->init_argv ? -1 : jd->silkd_fd;
+  for (int i = 0; i < 3; i++) plan->stdio[i] = st->spec->stdio[i];
   plan->devnull_fd = jd->devnull_fd;
-  ns = jail_netpool_take(jd->netpool);
-  bool pooled = ns.net >= 0;
-  plan->net_fd = ns.net;
-  plan->ipc_fd = ns.ipc;
+  st->ns = jail_netpool_take(jd->netpool);
+  st->pooled = st->ns.net >= 0;
+  plan->net_fd = st->ns.net;
+  plan->ipc_fd = st->ns.ipc;
   /* The cgroup namespace is entered by the child itself, once it is in
    * its cgroups (see setup.c). */
   plan->unshare_cgroup = true;
   plan->seccomp = &jd->seccomp;
   plan->keep_caps = jd->caps;
+  const sbxi_clone_spec *hook = st->hook;
   plan->argv = (char *const *)(hook->init_argv ? hook->init_argv : silkd_argv);
   plan->envp = (char *const *)(hook->init_argv ? (hook->init_env ? hook->init_env : default_env) : silkd_env);
+  return 0;
+}
 
-  t_clone = sbx_now_ns();
+/* pid 1, from the zygote or a clone of this process; then our ends of
+ * what the child alone needs are closed. */
+static int start_spawn(struct start *st, sbx_error *err) {
+  jail_driver *jd = st->jd;
+  st->t_clone = sbx_now_ns();
   /* A fork-like clone (no new stack): the child continues here on a copy
    * of our stack, as with fork, and never returns from jail_child. */
   unsigned long flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | SIGCHLD;
-  if (ns.net < 0) flags |= CLONE_NEWNET;
-  if (ns.ipc < 0) flags |= CLONE_NEWIPC;
+  if (st->ns.net < 0) flags |= CLONE_NEWNET;
+  if (st->ns.ipc < 0) flags |= CLONE_NEWIPC;
   /* silkd comes from the zygote when there is one: the same setup, then
    * silkd's loop with no exec (zygote_serve.c). A zygote that died leaves
    * this clone to the exec path and is restarted at the next destroy. */
-  bool zygote = false;
-  if (jd->zygote && !hook->init_argv) {
-    rc = jail_zygote_clone(jd->zygote, plan, flags & ~(unsigned long)SIGCHLD, &pid, err);
-    if (rc < 0) goto fail;
-    zygote = rc == 0;
+  if (jd->zygote && !st->hook->init_argv) {
+    int rc = jail_zygote_clone(jd->zygote, st->plan, flags & ~(unsigned long)SIGCHLD, &st->pid, err);
+    if (rc < 0) return rc;
+    st->zygote = rc == 0;
   }
-  if (!zygote) {
-    pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
-    if (pid < 0) {
-      rc = sbx_err_os(err, errno, "clone");
-      goto fail;
-    }
-    if (pid == 0) {
-      close(go[1]);
-      close(rep[0]);
-      jail_child(plan);
+  if (!st->zygote) {
+    st->pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
+    if (st->pid < 0) return sbx_err_os(err, errno, "clone");
+    if (st->pid == 0) {
+      close(st->go[1]);
+      close(st->rep[0]);
+      jail_child(st->plan);
     }
   }
-  close(go[0]);
-  go[0] = -1;
-  close(rep[1]);
-  rep[1] = -1;
+  close(sbxi_steal_fd(&st->go[0]));
+  close(sbxi_steal_fd(&st->rep[1]));
   /* The child holds the namespaces now: ours are the last other references. */
-  if (ns.net >= 0) close(ns.net);
-  if (ns.ipc >= 0) close(ns.ipc);
-  ns.net = ns.ipc = -1;
+  if (st->ns.net >= 0) close(st->ns.net);
+  if (st->ns.ipc >= 0) close(st->ns.ipc);
+  st->ns.net = st->ns.ipc = -1;
+  return 0;
+}
 
-  s = sbx_calloc(1, sizeof *s);
+/* The instance, its cgroups (made while the child builds its root on the
+ * other core) and its OOM exemption, before go. */
+static int start_attach(struct start *st, sbx_error *err) {
+  jail_driver *jd = st->jd;
+  sbx_instance *s = st->s = sbx_calloc(1, sizeof *s);
   s->hdr.drv = &jd->base;
-  snprintf(s->hdr.id, sizeof s->hdr.id, "%s", id);
-  s->hdr.pid = pid;
+  snprintf(s->hdr.id, sizeof s->hdr.id, "%s", st->id);
+  s->hdr.pid = st->pid;
   s->jd = jd;
   s->is_child = true;
-  s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (s->pidfd < 0) {
-    rc = sbx_err_os(err, errno, "pidfd_open");
-    goto fail;
-  }
-  /* The cgroups are made while the child builds its root on the other
-   * core; it waits for go before anything of the workload runs. */
-  if ((rc = jail_cgroup_create(jd->cg, id, size, err)) < 0) goto fail;
-  cg_made = true;
-  t_attach = sbx_now_ns();
-  if ((rc = jail_cgroup_attach(jd->cg, id, pid, err)) < 0) goto fail;
-  if (!hook->init_argv && (rc = exempt_from_oom(pid, err)) < 0) goto fail;
-  t_go = sbx_now_ns();
+  s->pidfd = (int)syscall(SYS_pidfd_open, st->pid, 0);
+  if (s->pidfd < 0) return sbx_err_os(err, errno, "pidfd_open");
+  int rc = jail_cgroup_create(jd->cg, st->id, st->size, err);
+  if (rc < 0) return rc;
+  st->cg_made = true;
+  st->t_attach = sbx_now_ns();
+  if ((rc = jail_cgroup_attach(jd->cg, st->id, st->pid, err)) < 0) return rc;
+  if (!st->hook->init_argv && (rc = exempt_from_oom(st->pid, err)) < 0) return rc;
+  return 0;
+}
+
+/* Send go and read the child's setup report: EOF (exec'd) is success. */
+static int start_go(struct start *st, sbx_error *err) {
+  st->t_go = sbx_now_ns();
   /* A child that failed its setup has already exited: its report says
    * why, which matters more than the failed send. */
-  int go_errno = send(go[1], "g", 1, MSG_NOSIGNAL) == 1 ? 0 : errno;
-  close(go[1]);
-  go[1] = -1;
+  int go_errno = send(st->go[1], "g", 1, MSG_NOSIGNAL) == 1 ? 0 : errno;
+  close(sbxi_steal_fd(&st->go[1]));
   /* Destroys refill the stock (see jail_destroy); only a burst of clones
    * that emptied it refills here, while the child finishes and silkd
    * starts. */
-  if (jail_netpool_count(jd->netpool) == 0) jail_netpool_refill(jd->netpool);
+  if (jail_netpool_count(st->jd->netpool) == 0) jail_netpool_refill(st->jd->netpool);
   jail_report r;
   ssize_t n;
-  do n = read(rep[0], &r, sizeof r);
+  do n = read(st->rep[0], &r, sizeof r);
   while (n < 0 && errno == EINTR);
-  if (n != (ssize_t)sizeof r && go_errno) {
-    rc = sbx_err_os(err, go_errno, "start jail");
-    goto fail;
-  }
-  if (n == (ssize_t)sizeof r) {
-    rc = report_error(plan, &r, err);
-    goto fail;
-  }
-  if (n != 0) {
-    rc = sbx_err(err, SBX_E_INTERNAL, "jail setup: short report");
-    goto fail;
-  }
-  close(rep[0]);
-  rep[0] = -1;
-  t_exec = sbx_now_ns();
-  if (lfd >= 0) close(lfd); /* pid 1 holds it now */
-  lfd = -1;
+  if (n != (ssize_t)sizeof r && go_errno) return sbx_err_os(err, go_errno, "start jail");
+  if (n == (ssize_t)sizeof r) return report_error(st->plan, &r, err);
+  if (n != 0) return sbx_err(err, SBX_E_INTERNAL, "jail setup: short report");
+  close(sbxi_steal_fd(&st->rep[0]));
+  st->t_exec = sbx_now_ns();
+  if (st->lfd >= 0) close(sbxi_steal_fd(&st->lfd)); /* pid 1 holds it now */
+  return 0;
+}
 
-  /* The state file lets a restarted host find and re-identify pid 1. */
-  char st[64];
-  snprintf(st, sizeof st, "%d %llu\n", (int)pid, sbxi_proc_starttime(pid));
-  int sfd = openat(dfd, "state", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (sfd < 0 || write(sfd, st, strlen(st)) != (ssize_t)strlen(st)) {
-    rc = sbx_err_os(err, errno, "write state");
-    if (sfd >= 0) close(sfd);
-    goto fail;
-  }
-  close(sfd);
-  /* ... and the layers it runs on, which its images stack on (layers.c). */
-  if ((rc = jail_layers_save(dfd, layers, err)) < 0) goto fail;
+/* The state file lets a restarted host find and re-identify pid 1; the
+ * layers file says what its images stack on (layers.c). */
+static int start_record(struct start *st, sbx_error *err) {
+  char line[64];
+  snprintf(line, sizeof line, "%d %llu\n", (int)st->pid, sbxi_proc_starttime(st->pid));
+  sbxi_cleanup_close int sfd = openat(st->dfd, "state", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (sfd < 0 || write(sfd, line, strlen(line)) != (ssize_t)strlen(line)) return sbx_err_os(err, errno, "write state");
+  return jail_layers_save(st->dfd, st->layers, err);
+}
 
-  if (!hook->init_argv) {
-    int afd = -1;
-    int timeout = spec->ready_timeout_ms > 0 ? spec->ready_timeout_ms : 10000;
-    rc = jd->base.ops->connect(s, &afd, err);
-    if (rc == 0) rc = sbx_ready_probe(afd, timeout, err);
-    if (afd >= 0) close(afd);
-    if (rc < 0) {
-      sbx_err_wrap(err, "sandbox %s not ready", id);
-      goto fail;
-    }
+static int start_wait_ready(struct start *st, sbx_error *err) {
+  if (st->hook->init_argv) return 0;
+  sbxi_cleanup_close int afd = -1;
+  int timeout = st->spec->ready_timeout_ms > 0 ? st->spec->ready_timeout_ms : 10000;
+  int rc = st->jd->base.ops->connect(st->s, &afd, err);
+  if (rc == 0) rc = sbx_ready_probe(afd, timeout, err);
+  return rc < 0 ? sbx_err_wrap(err, "sandbox %s not ready", st->id) : 0;
+}
+
+static void start_undo(struct start *st) {
+  jail_driver *jd = st->jd;
+  if (st->pid > 0) {
+    kill(st->pid, SIGKILL);
+    while (waitpid(st->pid, NULL, 0) < 0 && errno == EINTR) {}
   }
-  close(dfd);
-  sbx_free(plan);
+  if (st->s) {
+    if (st->s->pidfd >= 0) close(st->s->pidfd);
+    sbx_free(st->s);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (st->go[i] >= 0) close(st->go[i]);
+    if (st->rep[i] >= 0) close(st->rep[i]);
+  }
+  if (st->lfd >= 0) close(st->lfd);
+  if (st->ns.net >= 0) close(st->ns.net);
+  if (st->ns.ipc >= 0) close(st->ns.ipc);
+  close(st->dfd);
+  if (st->cg_made) jail_cgroup_remove(jd->cg, st->id, NULL);
+  sbxi_rm_rf_at(jd->run_dirfd, st->id, NULL);
+  sbx_free(st->plan);
+  /* No destroy follows a failed clone: replace what it took here. */
+  jail_netpool_refill(jd->netpool);
+}
+
+/* Validate, make the run directory, then plan, spawn, attach, go, record
+ * and wait for the agent; any failure undoes all of it. */
+int jail_start(jail_driver *jd, const sbx_layers *layers, const sbx_clone_spec *spec, const char *upper_dir,
+               sbx_instance **out, sbx_error *err) {
+  *out = NULL;
+  struct start st = {.jd = jd,
+                     .spec = spec,
+                     .hook = sbxi_clone_spec_of(spec),
+                     .layers = layers,
+                     .size = spec->size ? spec->size : sbx_size_tier_get("small"),
+                     .id = spec->id,
+                     .dfd = -1,
+                     .lfd = -1,
+                     .go = {-1, -1},
+                     .rep = {-1, -1},
+                     .ns = {-1, -1},
+                     .pid = -1};
+  int rc = start_validate(&st, err);
+  if (rc < 0) return rc;
+  if ((rc = start_run_dir(&st, err)) < 0) return rc;
+  st.t_start = sbx_now_ns();
+  st.plan = sbx_calloc(1, sizeof *st.plan);
+  if ((rc = start_plan(&st, upper_dir, err)) < 0 || (rc = start_spawn(&st, err)) < 0 ||
+      (rc = start_attach(&st, err)) < 0 || (rc = start_go(&st, err)) < 0 || (rc = start_record(&st, err)) < 0 ||
+      (rc = start_wait_ready(&st, err)) < 0) {
+    start_undo(&st);
+    return rc;
+  }
+  close(st.dfd);
+  sbx_free(st.plan);
   /* The child's setup runs alongside "clone and cgroups"; "go to exec" is
    * what it still needed once the parent was done. */
   sbx_debug("jail %s: prepare %.0f us, clone and cgroups %.0f us (cgroup attach %.0f us), go to exec %.0f us, "
             "exec to ready %.0f us, pooled namespaces %s, zygote %s",
-            id, (double)(t_clone - t_start) / 1e3, (double)(t_go - t_clone) / 1e3, (double)(t_go - t_attach) / 1e3,
-            (double)(t_exec - t_go) / 1e3, (double)(sbx_now_ns() - t_exec) / 1e3, pooled ? "yes" : "no",
-            zygote ? "yes" : "no");
-  *out = s;
+            st.id, (double)(st.t_clone - st.t_start) / 1e3, (double)(st.t_go - st.t_clone) / 1e3,
+            (double)(st.t_go - st.t_attach) / 1e3, (double)(st.t_exec - st.t_go) / 1e3,
+            (double)(sbx_now_ns() - st.t_exec) / 1e3, st.pooled ? "yes" : "no", st.zygote ? "yes" : "no");
+  *out = st.s;
   return 0;
-
-fail:
-  if (pid > 0) {
-    kill(pid, SIGKILL);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
-  }
-  if (s) {
-    if (s->pidfd >= 0) close(s->pidfd);
-    sbx_free(s);
-  }
-  for (int i = 0; i < 2; i++) {
-    if (go[i] >= 0) close(go[i]);
-    if (rep[i] >= 0) close(rep[i]);
-  }
-  if (lfd >= 0) close(lfd);
-  if (ns.net >= 0) close(ns.net);
-  if (ns.ipc >= 0) close(ns.ipc);
-  close(dfd);
-  if (cg_made) jail_cgroup_remove(jd->cg, id, NULL);
-  sbxi_rm_rf_at(jd->run_dirfd, id, NULL);
-  sbx_free(plan);
-  /* No destroy follows a failed clone: replace what it took here. */
-  jail_netpool_refill(jd->netpool);
-  return rc;
 }
 
 static int jail_clone(sbx_driver *d, const sbx_golden *g, const sbx_clone_spec *spec, sbx_instance **out,

@@ -413,10 +413,10 @@ static void test_leases(void **state) {
   assert_int_equal(sbx_lease_reserve(t, "acme", 3, 2, &err), 0);
   assert_int_equal(sbx_lease_reserve(t, "acme", 3, 2, &err), 0);
   assert_int_equal(sbx_lease_reserve(t, "acme", 3, 2, &err), SBX_E_BUSY);
-  assert_int_equal(err.os_errno, 2);
+  assert_int_equal(err.detail, SBX_LEASE_CAP_TENANT);
   assert_int_equal(sbx_lease_reserve(t, "", 3, 0, &err), 0);
   assert_int_equal(sbx_lease_reserve(t, "", 3, 0, &err), SBX_E_BUSY);
-  assert_int_equal(err.os_errno, 1);
+  assert_int_equal(err.detail, SBX_LEASE_CAP_NODE);
   sbx_lease proto = {0};
   snprintf(proto.tenant, sizeof proto.tenant, "acme");
   proto.claim_ref = "ref";
