@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "pattern.h"
+#include "util/util.h"
 #include "silkd.h"
 
 #define FIND_FILE_MAX (8u * 1024 * 1024) /* larger files are skipped (§6) */
@@ -199,7 +200,7 @@ static bool load(int dirfd, const char *name, char *buf, size_t *len) {
   }
   close(fd);
   *len = n;
-  return ok && utf8_valid((const unsigned char *)buf, n);
+  return ok && sbxi_utf8_valid_len(buf, n) == n;
 }
 
 static void walk(struct finder *f, int dirfd);

@@ -104,43 +104,6 @@ void match_rc_message(int rc, char *msg, size_t msglen) {
   snprintf(msg, msglen, "%s", (char *)buf);
 }
 
-/* ---- UTF-8 (RFC 3629: no overlongs, no surrogates, at most U+10FFFF) ---- */
-
-bool utf8_valid(const unsigned char *s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    /* ASCII runs, eight bytes at a time. */
-    while (i + 8 <= n) {
-      uint64_t w;
-      memcpy(&w, s + i, 8);
-      if (w & 0x8080808080808080ull) break;
-      i += 8;
-    }
-    if (i >= n) break;
-    unsigned c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t k;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) k = 1;
-    else if (c == 0xE0) k = 2, lo = 0xA0;
-    else if (c == 0xED) k = 2, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) k = 2;
-    else if (c == 0xF0) k = 3, lo = 0x90;
-    else if (c == 0xF4) k = 3, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) k = 3;
-    else return false;
-    if (i + k >= n) return false; /* truncated sequence */
-    if (s[i + 1] < lo || s[i + 1] > hi) return false;
-    for (size_t j = 2; j <= k; j++)
-      if ((s[i + j] & 0xC0) != 0x80) return false;
-    i += k + 1;
-  }
-  return true;
-}
-
 /* ---- glob: `*` any run, `?` one character, the rest literal, whole name ---- */
 
 static size_t utf8_step(const char *s) {

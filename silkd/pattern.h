@@ -34,7 +34,6 @@ int matcher_run(struct matcher *m, const pcre2_code *code, const char *s, size_t
 bool match_rc_is_limit(int rc);
 void match_rc_message(int rc, char *msg, size_t msglen);
 
-bool utf8_valid(const unsigned char *s, size_t n);
 bool glob_match(const char *glob, const char *name);
 /* Append the template expanded for the match in md ($$, $name, ${name}). */
 int expand_replacement(sbx_buf *out, const char *tpl, const pcre2_code *code, pcre2_match_data *md, const char *subj,

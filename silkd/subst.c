@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "pattern.h"
+#include "util/util.h"
 #include "silkd.h"
 
 #define REPLACE_FILE_MAX (8u * 1024 * 1024)   /* larger files: count 0 (§6) */
@@ -168,7 +169,7 @@ static bool replace_one(struct job *j, struct repl_req *q, struct matcher *m, co
     job_emit(j, &r, &e);
     return true;
   }
-  if (!utf8_valid((const unsigned char *)buf, n)) {
+  if (sbxi_utf8_valid_len(buf, n) != n) {
     char msg[PATH_MAX + 64];
     snprintf(msg, sizeof msg, "read: %s: stream did not contain valid UTF-8", file);
     job_error(j, SBX_ERR_INTERNAL, msg);
