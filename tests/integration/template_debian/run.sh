@@ -92,12 +92,28 @@ sbxd_pid=$!
 id=
 stop_all() {
   [ -z "$id" ] || "$bin/sbxctl" release "$id" >/dev/null 2>&1 || true
+  # drain destroys what is warm: a SIGTERM leaves it running for the next start
+  [ -z "${port:-}" ] || "$bin/sbxctl" drain >/dev/null 2>&1 || true
   # SIGTERM, then SIGKILL if sandboxd has not stopped within 30 s: the test
   # must end either way (released sandboxes are gone already)
   kill "$sbxd_pid" 2>/dev/null || true
   for _ in $(seq 300); do kill -0 "$sbxd_pid" 2>/dev/null || break; sleep 0.1; done
   kill -9 "$sbxd_pid" 2>/dev/null || true
   wait "$sbxd_pid" 2>/dev/null || true
+  # Whatever is still in the test's cgroup (a destroy cut short by the stop)
+  # goes too: a jail dies with its pid 1. Nothing of the test outlives it.
+  for f in /sys/fs/cgroup/*/"$cg"/*/cgroup.procs /sys/fs/cgroup/"$cg"/*/cgroup.procs; do
+    [ ! -f "$f" ] || xargs -r kill -9 <"$f" 2>/dev/null || true
+  done
+  for _ in $(seq 50); do
+    left=0
+    for h in /sys/fs/cgroup/*/"$cg"/* /sys/fs/cgroup/"$cg"/*; do
+      [ -d "$h" ] || continue
+      rmdir "$h" 2>/dev/null || left=1
+    done
+    [ $left = 0 ] && break
+    sleep 0.1
+  done
   for h in /sys/fs/cgroup/*/"$cg" /sys/fs/cgroup/"$cg"; do [ ! -d "$h" ] || rmdir "$h" 2>/dev/null || true; done
   rm -rf "$scratch"
 }
