@@ -227,17 +227,26 @@ int jail_cgroup_freeze(jail_cgroup *cg, const char *id, bool frozen, sbx_error *
                   : write_at(dir, id, "freezer.state", frozen ? "FROZEN" : "THAWED", err);
   if (rc < 0 || !frozen) return rc;
   /* Freezing is asynchronous: wait until every task is stopped, so the
-   * caller can rely on "paused" meaning no CPU is used any more. */
-  for (int i = 0; i < 5000; i++) {
+   * caller can rely on "paused" meaning no CPU is used any more. A v1
+   * freezer can stay FREEZING when a task was not freezable at the moment
+   * of the write (in a vfork, say): writing FROZEN again retries it. On a
+   * loaded machine this takes longer than the usual few hundred
+   * microseconds, so the bound is in time (5 s), not in polls. */
+  uint64_t deadline = sbx_now_ns() + 5000000000ull, rewrite = sbx_now_ns() + 50000000ull;
+  do {
     char buf[256];
     if (cg->v2) {
       if (read_at(dir, id, "cgroup.events", buf, sizeof buf) > 0 && strstr(buf, "frozen 1")) return 0;
     } else if (read_at(dir, id, "freezer.state", buf, sizeof buf) > 0 && strncmp(buf, "FROZEN", 6) == 0) {
       return 0;
     }
+    if (!cg->v2 && sbx_now_ns() >= rewrite) {
+      (void)write_at(dir, id, "freezer.state", "FROZEN", NULL);
+      rewrite = sbx_now_ns() + 50000000ull;
+    }
     sleep_us(200);
-  }
-  return sbx_err(err, SBX_E_TIMEOUT, "cgroup %s did not freeze", id);
+  } while (sbx_now_ns() < deadline);
+  return sbx_err(err, SBX_E_TIMEOUT, "cgroup %s did not freeze within 5 s", id);
 }
 
 bool jail_cgroup_frozen(jail_cgroup *cg, const char *id) {
