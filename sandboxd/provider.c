@@ -280,6 +280,28 @@ static void note_oom_base(struct inst *s) {
   if (sbx_sandbox_stats(s->di, &st, &err) == 0) s->oom_base = st.oom_kills;
 }
 
+/* What every sandbox of key is started with, a clone or a restore. */
+static void clone_spec_for(sbx_clone_spec *cs, const struct inst *s, const sbx_pool_key *key, int probe_ms) {
+  sbx_clone_spec_init(cs);
+  cs->id = s->name;
+  cs->size = sbx_size_tier_get(key->size);
+  cs->net = SBX_NET_NONE;
+  cs->ready_timeout_ms = probe_ms;
+}
+
+/* After the driver started s (rc from it): s is handed out, or freed. */
+static int inst_started(struct inst *s, int rc, void **out) {
+  if (rc < 0) {
+    sbx_free(s);
+    return rc;
+  }
+  pid_t init = sbx_instance_pid(s->di);
+  if (init > 0) inst_normal_priority(init);
+  note_oom_base(s);
+  *out = s;
+  return 0;
+}
+
 static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **out, sbx_error *err) {
   struct provider *p = ud;
   int rc = prepare_key(p, key, true, err);
@@ -296,21 +318,8 @@ static int op_provision(void *ud, const sbx_pool_key *key, int probe_ms, void **
   sbx_golden *g = golden_find(p, hash)->g;
   pthread_mutex_unlock(&p->mu);
   sbx_clone_spec cs;
-  sbx_clone_spec_init(&cs);
-  cs.id = s->name;
-  cs.size = sbx_size_tier_get(key->size);
-  cs.net = SBX_NET_NONE;
-  cs.ready_timeout_ms = probe_ms;
-  rc = sbx_sandbox_clone(p->drv, g, &cs, &s->di, err);
-  if (rc < 0) {
-    sbx_free(s);
-    return rc;
-  }
-  pid_t init = sbx_instance_pid(s->di);
-  if (init > 0) inst_normal_priority(init);
-  note_oom_base(s);
-  *out = s;
-  return 0;
+  clone_spec_for(&cs, s, key, probe_ms);
+  return inst_started(s, sbx_sandbox_clone(p->drv, g, &cs, &s->di, err), out);
 }
 
 static void op_destroy(void *ud, void *inst) {
@@ -499,18 +508,9 @@ int provider_restore(struct provider *p, const sbx_pool_key *key, const char *di
     return rc;
   }
   sbx_clone_spec cs;
-  sbx_clone_spec_init(&cs);
-  cs.id = s->name;
-  cs.size = sbx_size_tier_get(key->size);
-  cs.net = SBX_NET_NONE;
-  cs.ready_timeout_ms = probe_ms;
-  rc = sbx_sandbox_restore(p->drv, dir, &cs, &s->di, err);
-  if (rc < 0) {
-    sbx_free(s);
-    return rc;
-  }
-  pid_t init = sbx_instance_pid(s->di);
-  if (init > 0) inst_normal_priority(init);
-  *out = s;
-  return 0;
+  clone_spec_for(&cs, s, key, probe_ms);
+  void *started = NULL;
+  rc = inst_started(s, sbx_sandbox_restore(p->drv, dir, &cs, &s->di, err), &started);
+  *out = started;
+  return rc;
 }
