@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sandbox/core.h>
@@ -216,6 +217,28 @@ static inline int bench_daemon_start(bench_daemon *d, const char *prefix, const 
   fprintf(stderr, "sandboxd did not start:\n%s\n", buf);
   close(pfd[0]);
   return -1;
+}
+
+/* SIGTERM, wait, close its log: a stop leaves its sandboxes for the next start. */
+static inline void bench_daemon_stop(bench_daemon *d) {
+  kill(d->pid, SIGTERM);
+  waitpid(d->pid, NULL, 0);
+  close(d->log_fd);
+}
+
+/* Stop it and make its data_dir own no claims and no pools, so that the
+ * next start destroys every sandbox left (the benches' clean-up). */
+static inline void bench_daemon_forget(bench_daemon *d) {
+  bench_daemon_stop(d);
+  char p[128];
+  snprintf(p, sizeof p, "%s/data/claims.json", d->dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/data/pools.json", d->dir);
+  FILE *f = fopen(p, "w");
+  if (f) {
+    fputs("{\"pools\":[]}", f);
+    fclose(f);
+  }
 }
 
 #endif

@@ -183,22 +183,9 @@ static int start_daemon(bool handoff) {
 /* A restart that owns no claims and no pools destroys what is left. */
 static void stop_daemon(void) {
   if (sbxd.pid <= 0) return;
-  kill(sbxd.pid, SIGTERM);
-  waitpid(sbxd.pid, NULL, 0);
-  close(sbxd.log_fd);
-  char p[128];
-  snprintf(p, sizeof p, "%s/data/claims.json", sbxd.dir);
-  unlink(p);
-  snprintf(p, sizeof p, "%s/data/pools.json", sbxd.dir);
-  FILE *f = fopen(p, "w");
-  if (f) {
-    fputs("{\"pools\":[]}", f);
-    fclose(f);
-  }
+  bench_daemon_forget(&sbxd);
   if (start_daemon(false) == 0) {
-    kill(sbxd.pid, SIGTERM);
-    waitpid(sbxd.pid, NULL, 0);
-    close(sbxd.log_fd);
+    bench_daemon_stop(&sbxd);
   }
   nftw(sbxd.dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
   sbxd.pid = 0;

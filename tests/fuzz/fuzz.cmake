@@ -10,13 +10,9 @@
 # libFuzzer as fuzz_<name>.
 option(SBX_FUZZ "Also link the fuzz targets with libFuzzer (clang)" OFF)
 
-# The wire fixture corpus seeds fuzz_wire: in the repository once copied
-# there, else beside it (tests/fuzz/run takes the same two places).
-if(EXISTS ${PROJECT_SOURCE_DIR}/tests/fixtures/wire/v1)
-  set(SBX_FUZZ_WIRE_FIXTURES ${PROJECT_SOURCE_DIR}/tests/fixtures/wire/v1)
-else()
-  set(SBX_FUZZ_WIRE_FIXTURES ${PROJECT_SOURCE_DIR}/../shared/wire-fixtures/v1)
-endif()
+# The wire fixture corpus seeds fuzz_wire: the repository's own copy (the
+# tests read the same one, SBX_FIXTURES_DIR in tests/CMakeLists.txt).
+set(SBX_FUZZ_WIRE_FIXTURES ${SBX_FIXTURES_DIR})
 
 pkg_check_modules(FUZZ_EVENT REQUIRED IMPORTED_TARGET libevent)
 pkg_check_modules(FUZZ_ARCHIVE REQUIRED IMPORTED_TARGET libarchive)
